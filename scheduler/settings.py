@@ -1,0 +1,17 @@
+"""Scheduler settings, from TICKWORK_* environment variables. Passed in, never read globally."""
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SchedulerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore")
+
+    tick_batch_size: int = 1000
+    sweep_batch_size: int = 500
+    # Missed fires recorded per schedule per tick after downtime; the run itself always happens.
+    missed_fire_record_limit: int = 1440
+    default_timeout_minutes: int = 5
+    default_max_attempts: int = 3
+    retention_days: int = 30
+    retention_batch_size: int = 1000
+    test_mode: bool = False

@@ -1,0 +1,80 @@
+"""One tick: dispatch what is due, sweep what is stale, trim what is old.
+
+The tick is never retried: a failure is logged and dropped, and the next tick (a minute later)
+re-evaluates everything. The in-process APScheduler job, ``tickwork tick`` and ``POST /v1/tick``
+all call ``run_tick``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import structlog
+from psycopg_pool import AsyncConnectionPool
+
+from scheduler.dispatcher import DispatchResult, dispatch_due
+from scheduler.metrics import TICK_DURATION, TICK_FAILURES
+from scheduler.settings import SchedulerSettings
+from scheduler.sweep import SweepResult, sweep_stale
+from sql import QUERIES
+
+log = structlog.get_logger()
+
+
+@dataclass
+class TickOutcome:
+    ok: bool = True
+    dispatch: DispatchResult = field(default_factory=DispatchResult)
+    sweep: SweepResult = field(default_factory=SweepResult)
+    retention_deleted: int = 0
+    duration_ms: float = 0.0
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        body = asdict(self)
+        tick_time = self.dispatch.tick_time
+        body["dispatch"]["tick_time"] = tick_time.isoformat() if tick_time else None
+        return body
+
+
+async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
+                   now: datetime | None = None) -> TickOutcome:
+    """Run one whole tick; report failure in the outcome instead of raising."""
+    outcome = TickOutcome()
+    started = time.perf_counter()
+    try:
+        outcome.dispatch = await dispatch_due(pool, now=now, batch_size=settings.tick_batch_size,
+                                              missed_limit=settings.missed_fire_record_limit)
+        # The sweep and retention run even on a tick with nothing due, but not after a failed
+        # dispatch: the database is likely unreachable and the next tick comes in a minute.
+        outcome.sweep = await sweep_stale(pool, now=now, batch_size=settings.sweep_batch_size)
+        outcome.retention_deleted = await trim_retention(pool, settings, now=now)
+    except Exception as exc:  # never retried: record why and let the next tick run
+        outcome.ok = False
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        TICK_FAILURES.inc()
+        log.error("tick_failed", error=outcome.error)
+    outcome.duration_ms = round((time.perf_counter() - started) * 1000, 1)
+    TICK_DURATION.observe(outcome.duration_ms / 1000)
+    log.info("tick_finished", ok=outcome.ok, claimed=outcome.dispatch.claimed,
+             created=outcome.dispatch.created, skipped_fires=outcome.dispatch.skipped_fires,
+             timed_out=outcome.sweep.failed, retried=outcome.sweep.retried,
+             duration_ms=outcome.duration_ms)
+    return outcome
+
+
+async def trim_retention(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
+                         now: datetime | None) -> int:
+    """Delete one batch of finished executions and skipped-fire records past retention."""
+    if settings.retention_days <= 0:
+        return 0
+    params = {"now": now, "days": settings.retention_days, "limit": settings.retention_batch_size}
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            cursor = await conn.execute(QUERIES["delete_finished_executions"], params)
+            deleted = len(await cursor.fetchall())
+            await conn.execute(QUERIES["delete_old_skipped_fires"], params)
+    return deleted

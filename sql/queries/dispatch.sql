@@ -1,0 +1,69 @@
+-- name: claim_due_schedules
+-- Lock a batch of due, active schedules; other dispatchers skip them and take the next batch.
+-- tick_time is the one clock of the tick: the caller's fixed time in tests, else the
+-- database's now(), read inside this transaction. unfinished_execution_id is only looked up
+-- for overlap = 'skip' (from a partial index of unfinished runs).
+SELECT s.id, s.tenant_id, s.agent_id, s.cron, s.next_run, s.overlap,
+       a.status AS agent_status,
+       CASE WHEN s.overlap = 'skip' THEN
+           (SELECT e.id FROM executions e
+             WHERE e.schedule_id = s.id AND e.status IN ('queued', 'running')
+             LIMIT 1)
+       END AS unfinished_execution_id,
+       coalesce(%(now)s::timestamptz, now()) AS tick_time
+  FROM schedules s
+  JOIN agents a ON a.id = s.agent_id
+ WHERE s.status = 'active'
+   AND s.next_run <= coalesce(%(now)s::timestamptz, now())
+ ORDER BY s.next_run
+ LIMIT %(limit)s
+   FOR UPDATE OF s SKIP LOCKED;
+
+-- name: record_tick_batch
+-- In one statement of the claiming transaction: advance next_run, insert one execution per
+-- firing schedule, name a queue task after each new execution, record skipped fires, and
+-- NOTIFY workers (delivered at commit). ON CONFLICT on the one-per-fire index turns a racing
+-- writer into a no-op instead of a duplicate.
+WITH plan AS (
+    SELECT * FROM unnest(%(schedule_ids)s::uuid[], %(next_runs)s::timestamptz[],
+                         %(fire_ats)s::timestamptz[], %(execution_ids)s::uuid[],
+                         %(fires)s::integer[])
+             AS p(schedule_id, next_run, fire_at, execution_id, fires)
+), advanced AS (
+    UPDATE schedules s
+       SET next_run = p.next_run,
+           last_run = coalesce(p.fire_at, s.last_run),
+           updated_at = now()
+      FROM plan p
+     WHERE s.id = p.schedule_id
+), inserted AS (
+    INSERT INTO executions (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
+                            scheduled_for, fires, max_attempts, timeout_minutes, input)
+    SELECT p.execution_id, s.tenant_id, s.agent_id, s.id, 'schedule', 'cron',
+           p.fire_at, p.fires, s.max_attempts, s.timeout_minutes, s.input
+      FROM plan p JOIN schedules s ON s.id = p.schedule_id
+     WHERE p.fire_at IS NOT NULL
+    ON CONFLICT (schedule_id, scheduled_for) WHERE retry_of IS NULL AND trigger_source = 'cron'
+    DO NOTHING
+    RETURNING id
+), queued AS (
+    INSERT INTO queue_tasks (name, kind, execution_id)
+    SELECT id::text, 'run', id FROM inserted
+    ON CONFLICT (name) DO NOTHING
+    RETURNING 1
+), skipped AS (
+    INSERT INTO skipped_fires (schedule_id, scheduled_for, tenant_id, reason, execution_id)
+    SELECT k.schedule_id, k.scheduled_for, s.tenant_id, k.reason, k.execution_id
+      FROM unnest(%(skip_schedule_ids)s::uuid[], %(skip_times)s::timestamptz[],
+                  %(skip_reasons)s::text[], %(skip_execution_ids)s::uuid[])
+           AS k(schedule_id, scheduled_for, reason, execution_id)
+      JOIN schedules s ON s.id = k.schedule_id
+    ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+    RETURNING 1
+), notified AS (
+    SELECT pg_notify('tickwork_tasks', 'run') FROM (SELECT 1 FROM queued LIMIT 1) AS any_queued
+)
+SELECT (SELECT count(*) FROM inserted) AS created,
+       (SELECT count(*) FROM queued) AS queued,
+       (SELECT count(*) FROM skipped) AS skipped,
+       (SELECT count(*) FROM notified) AS notified;

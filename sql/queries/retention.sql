@@ -1,0 +1,21 @@
+-- name: delete_finished_executions
+-- Retention: remove a batch of finished executions older than the horizon, with their journal
+-- rows (partitions of old months are dropped whole; this catches the default partition).
+WITH doomed AS (
+    SELECT id FROM executions
+     WHERE status IN ('completed', 'failed', 'cancelled')
+       AND (breadcrumb IS DISTINCT FROM 'suspended')
+       AND finished_at < coalesce(%(now)s::timestamptz, now()) - make_interval(days => %(days)s)
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), events AS (
+    DELETE FROM run_events r USING doomed d WHERE r.execution_id = d.id
+)
+DELETE FROM executions e USING doomed d WHERE e.id = d.id
+RETURNING e.id;
+
+-- name: delete_old_skipped_fires
+DELETE FROM skipped_fires
+ WHERE ctid = ANY (ARRAY(SELECT ctid FROM skipped_fires
+                          WHERE recorded_at < coalesce(%(now)s::timestamptz, now()) - make_interval(days => %(days)s)
+                          LIMIT %(limit)s));

@@ -1,0 +1,60 @@
+-- name: lock_timed_out_executions
+-- Running executions past their deadline, locked so that two sweepers never judge the same
+-- one. A suspended run is 'completed', never 'running', so it is never swept.
+SELECT id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source, scheduled_for,
+       attempt, max_attempts, timeout_minutes, input, deadline,
+       coalesce(%(now)s::timestamptz, now()) AS sweep_time
+  FROM executions
+ WHERE status = 'running'
+   AND deadline < coalesce(%(now)s::timestamptz, now())
+ ORDER BY deadline
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: fail_timed_out_executions
+-- Mark the locked executions failed (timed_out), journal the sweep's terminal event, mint one
+-- retry each (new id, attempt + 1, retry_of) where attempts remain, queue the retries and wake
+-- workers: one statement, one transaction. The status guard makes a late worker's write and
+-- this verdict mutually exclusive.
+WITH stale AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(retry_ids)s::uuid[]) AS s(id, retry_id)
+), failed AS (
+    UPDATE executions e
+       SET status = 'failed', outcome = 'timed_out',
+           reason = format('timed_out: no result within %%s minutes (attempt %%s of %%s)',
+                           e.timeout_minutes, e.attempt, e.max_attempts),
+           finished_at = coalesce(%(now)s::timestamptz, now())
+      FROM stale
+     WHERE e.id = stale.id AND e.status = 'running'
+    RETURNING e.*, stale.retry_id
+), journaled AS (
+    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
+    SELECT f.id,
+           coalesce((SELECT max(r.seq) FROM run_events r WHERE r.execution_id = f.id), 0) + 1,
+           (SELECT min(r.seq) FROM run_events r WHERE r.execution_id = f.id),
+           'run_complete',
+           jsonb_build_object('status', 'failed', 'outcome', 'timed_out', 'by', 'sweep',
+                              'retry_id', f.retry_id)
+      FROM failed f
+    RETURNING 1
+), retried AS (
+    INSERT INTO executions (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
+                            scheduled_for, attempt, max_attempts, retry_of, timeout_minutes, input)
+    SELECT f.retry_id, f.tenant_id, f.agent_id, f.schedule_id, f.trigger_type, f.trigger_source,
+           f.scheduled_for, f.attempt + 1, f.max_attempts, f.id, f.timeout_minutes, f.input
+      FROM failed f
+     WHERE f.retry_id IS NOT NULL
+    ON CONFLICT (retry_of) WHERE retry_of IS NOT NULL DO NOTHING
+    RETURNING id
+), queued AS (
+    INSERT INTO queue_tasks (name, kind, execution_id)
+    SELECT id::text, 'run', id FROM retried
+    ON CONFLICT (name) DO NOTHING
+    RETURNING 1
+), notified AS (
+    SELECT pg_notify('tickwork_tasks', 'run') FROM (SELECT 1 FROM queued LIMIT 1) AS any_queued
+)
+SELECT (SELECT count(*) FROM failed) AS failed,
+       (SELECT count(*) FROM retried) AS retried,
+       (SELECT count(*) FROM journaled) AS journaled,
+       (SELECT count(*) FROM notified) AS notified;

@@ -1,0 +1,81 @@
+"""Every test talks to a real Postgres.
+
+The server is TICKWORK_TEST_DATABASE_URL (a role that may create databases) or, when unset,
+an embedded Postgres started once per session. A template database is migrated once; each
+test gets its own database copied from it, with idle_in_transaction_session_timeout = 2s so
+that any transaction held open across slow work is killed and the test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from sql.migrate import migrate
+
+os.environ.setdefault("TICKWORK_TEST_MODE", "1")
+
+
+def database_url(server_url: str, dbname: str) -> str:
+    return make_conninfo(server_url, dbname=dbname)
+
+
+def admin_execute(server_url: str, statement: str) -> None:
+    with psycopg.connect(server_url, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url():
+    url = os.environ.get("TICKWORK_TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    from sql.embedded import start_embedded
+
+    root = Path(tempfile.mkdtemp(prefix="tickwork-test-pg-", dir="/tmp"))
+    root.chmod(0o755)  # our own new folder: the unprivileged server user must traverse it
+    server = start_embedded(root)
+    try:
+        yield server.url
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server_url):
+    name = f"tickwork_tpl_{os.getpid()}"
+    admin_execute(pg_server_url, f"DROP DATABASE IF EXISTS {name}")
+    admin_execute(pg_server_url, f"CREATE DATABASE {name}")
+    migrate(database_url(pg_server_url, name))
+    yield name
+    admin_execute(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+_counter = iter(range(1, 1_000_000))
+
+
+@pytest.fixture
+def db_url(pg_server_url, template_db):
+    name = f"tickwork_t_{os.getpid()}_{next(_counter)}"
+    admin_execute(pg_server_url, f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    admin_execute(pg_server_url,
+                  f"ALTER DATABASE {name} SET idle_in_transaction_session_timeout = '2s'")
+    yield database_url(pg_server_url, name)
+    admin_execute(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+async def pool(db_url):
+    from sql.db import open_pool
+
+    pool = await open_pool(db_url, application_name="tickwork-test", max_size=8)
+    yield pool
+    await pool.close()

@@ -1,0 +1,50 @@
+"""Test data written straight to the database (tests may hold SQL; the app keeps it in sql/)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Iterable
+from uuid import UUID
+
+import psycopg
+
+from sql.ids import new_id
+
+
+def make_tenant(conn: psycopg.Connection, name: str = "acme") -> UUID:
+    tenant_id = new_id()
+    conn.execute("INSERT INTO tenants (id, name) VALUES (%s, %s)", (tenant_id, name))
+    return tenant_id
+
+
+def make_agent(conn: psycopg.Connection, tenant_id: UUID, name: str = "reporter",
+               status: str = "active") -> UUID:
+    agent_id = new_id()
+    conn.execute("INSERT INTO agents (id, tenant_id, name, status) VALUES (%s, %s, %s, %s)",
+                 (agent_id, tenant_id, name, status))
+    return agent_id
+
+
+def make_schedules(conn: psycopg.Connection, tenant_id: UUID, agent_id: UUID,
+                   specs: Iterable[tuple[str, datetime]], *, overlap: str = "allow",
+                   timeout_minutes: int = 5, max_attempts: int = 3) -> list[UUID]:
+    """Insert schedules from (cron, next_run) pairs; crons must be distinct per agent."""
+    rows = [(new_id(), tenant_id, agent_id, cron, next_run, overlap, timeout_minutes,
+             max_attempts) for cron, next_run in specs]
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO schedules (id, tenant_id, agent_id, cron, next_run, overlap,"
+            " timeout_minutes, max_attempts) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", rows)
+    return [row[0] for row in rows]
+
+
+def many_agents(conn: psycopg.Connection, tenant_id: UUID, count: int) -> list[UUID]:
+    ids = [new_id() for _ in range(count)]
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO agents (id, tenant_id, name) VALUES (%s, %s, %s)",
+                        [(i, tenant_id, f"agent-{n}") for n, i in enumerate(ids)])
+    return ids
+
+
+def count(conn: psycopg.Connection, sql: str, params: tuple = ()) -> int:
+    return conn.execute(sql, params).fetchone()[0]

@@ -39,11 +39,11 @@ class Display:
     time_of_day: str | None = None
     days_of_week: list[str] | None = None
     interval_hours: int | None = None
-    timezone: str | None = None  # display only; never becomes part of the cron
 
     def as_dict(self) -> dict:
-        """A JSON-ready copy with every key present (None where unused)."""
-        return asdict(self)
+        """A JSON-ready copy without unused keys. There is deliberately no zone in it: the wire
+        refuses zone-bearing fields, and a viewer sees times in their own zone (``describe``)."""
+        return {key: value for key, value in asdict(self).items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def daily(time_of_day: str, zone: str, at: datetime) -> Conversion:
     """Fire every day at `time_of_day` local, using the zone's offset at `at`."""
     tz, minute_of_day = _zone(zone), _parse_time(time_of_day)
     utc = (minute_of_day - _offset_minutes(tz, zone, at)) % _DAY
-    display = Display("daily", time_of_day=_hhmm(minute_of_day), timezone=zone)
+    display = Display("daily", time_of_day=_hhmm(minute_of_day))
     return Conversion(f"{utc % 60} {utc // 60} * * *", display, _observes_dst(tz, at))
 
 
@@ -81,7 +81,7 @@ def weekly(spec: str, zone: str, at: datetime) -> Conversion:
     utc_time = times.pop()
     dow = ",".join(str(d) for d in sorted(cron_days))
     display = Display("weekly", time_of_day=_hhmm(minute_of_day),
-                      days_of_week=[DAY_NAMES[d] for d in days], timezone=zone)
+                      days_of_week=[DAY_NAMES[d] for d in days])
     return Conversion(f"{utc_time % 60} {utc_time // 60} * * {dow}", display,
                       _observes_dst(tz, at))
 
@@ -96,7 +96,7 @@ def every_hours(spec: str | int, zone: str, at: datetime) -> Conversion:
     fires = sorted({(k * n * 60 - offset) % _DAY for k in range(24 // n)})
     minute = fires[0] % 60  # the same for every fire: the offset shifts them all alike
     hours = "*" if n == 1 else ",".join(str(f // 60) for f in fires)
-    display = Display("hourly", interval_hours=n, timezone=zone)
+    display = Display("hourly", interval_hours=n)
     return Conversion(f"{minute} {hours} * * *", display, _observes_dst(tz, at))
 
 

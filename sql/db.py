@@ -26,8 +26,11 @@ class DatabaseSettings(BaseSettings):
 
 def connect_kwargs(application_name: str) -> dict[str, Any]:
     # prepare_threshold=None: no server-side prepared statements, so a PgBouncer in transaction
-    # mode in front of Postgres is safe. application_name lets operators (and tests) find us.
+    # mode in front of Postgres is safe. autocommit: a transaction exists only inside an explicit
+    # ``conn.transaction()`` block, so none is left open by a stray read. application_name lets
+    # operators (and tests) find our sessions.
     return {
+        "autocommit": True,
         "row_factory": dict_row,
         "prepare_threshold": None,
         "application_name": application_name,
@@ -50,11 +53,9 @@ async def _open_with_retry(pool: AsyncConnectionPool) -> None:
     await pool.open(wait=True, timeout=10)
 
 
-async def connect(url: str, *, application_name: str, autocommit: bool = False
-                  ) -> psycopg.AsyncConnection:
-    """One connection outside the pool (migrations, LISTEN, tests)."""
-    return await psycopg.AsyncConnection.connect(url, autocommit=autocommit,
-                                                 **connect_kwargs(application_name))
+async def connect(url: str, *, application_name: str) -> psycopg.AsyncConnection:
+    """One connection outside the pool (LISTEN, tests)."""
+    return await psycopg.AsyncConnection.connect(url, **connect_kwargs(application_name))
 
 
 # Constraint name -> the error a person should read. One table, used by every caller.

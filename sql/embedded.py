@@ -47,7 +47,8 @@ class EmbeddedPostgres:
         if _running_port(self.data_dir) is None:
             return
         try:
-            _pg(self.data_dir.parent, "pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "30")
+            _pg(self.data_dir.parent, "pg_ctl", "stop", "-w", "-t", "30", "-m", "fast",
+                "-D", str(self.data_dir))
         except EmbeddedPostgresError:
             if _running_port(self.data_dir) is not None:
                 raise  # still up; a server that exited in the meantime is fine
@@ -156,7 +157,9 @@ def _check_traversable(root: Path, pw: pwd.struct_passwd) -> None:
     groups = set(os.getgrouplist(pw.pw_name, pw.pw_gid))
     for folder in [p for p in [root, *root.parents] if p.exists()]:  # missing ones we create, 0755
         st = folder.stat()
-        bit = stat.S_IXUSR if st.st_uid == pw.pw_uid else stat.S_IXGRP if st.st_gid in groups else stat.S_IXOTH
+        # The kernel checks only the first class that matches: owner, then group, then other.
+        bit = (stat.S_IXUSR if st.st_uid == pw.pw_uid
+               else stat.S_IXGRP if st.st_gid in groups else stat.S_IXOTH)
         if not st.st_mode & bit:
             raise EmbeddedPostgresError(
                 f"the embedded Postgres runs as the system user {PG_USER!r} (Postgres refuses to run as "

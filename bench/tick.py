@@ -1,0 +1,379 @@
+"""Benchmark of the minute tick: the real ``dispatch_due`` against a bare claim-and-advance floor.
+
+Run from the repo root:  .venv/bin/python bench/tick.py  [--schedules N] [--due N] [--repeat N]
+
+The database is TICKWORK_DATABASE_URL when set (a scratch database ``tickwork_bench_tick`` is
+created on that server and dropped at the end), else an embedded Postgres in a fresh /tmp folder.
+The big data set (default 1,000,000 schedules, 10,000 of them due at the fixed tick time T) and
+a small one (a tenth of it, the same number due) are loaded in turn. For each, the tick and the
+floor are measured alternately, ``--repeat`` times per batch size, from the same reset state:
+
+- tick:  ``dispatch_due(pool, now=T, batch_size=B, missed_limit=1440)`` -- claim, plan, insert
+         executions + queue tasks, advance next_run, one transaction per batch.
+- floor: the least any SKIP LOCKED dispatcher must do -- the same due scan with FOR UPDATE SKIP
+         LOCKED and an UPDATE of next_run on the claimed ids, one transaction per batch.
+
+Readable lines go to stdout as it runs; the very last line is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Awaitable, Callable, Iterator
+from uuid import UUID
+
+import psycopg
+import structlog
+from croniter import croniter
+from psycopg import sql as pgsql
+from psycopg.conninfo import make_conninfo
+from psycopg_pool import AsyncConnectionPool
+
+from scheduler.dispatcher import dispatch_due
+from sql.db import open_pool
+from sql.embedded import start_embedded
+from sql.ids import new_id
+from sql.migrate import migrate
+
+SCRATCH_DB = "tickwork_bench_tick"
+# The fixed tick time: Monday 1 September 2025, midnight UTC, so that minutely, hourly, daily,
+# weekly (Monday), weekday and monthly (the 1st) crons all have an aligned fire exactly at T.
+T = datetime(2025, 9, 1, 0, 0, tzinfo=timezone.utc)
+MISSED_LIMIT = 1440
+BATCH_SIZES = (1000, 5000)
+HEADLINE_BATCH = 1000
+# Crons of the due schedules, all firing at T. An agent gets several of them (never the same one
+# twice: schedules are unique per (agent, cron)); rotating the start by agent keeps the mix even.
+DUE_CRONS = (
+    "* * * * *", "*/5 * * * *", "*/15 * * * *", "0 * * * *", "*/10 * * * *", "0 */6 * * *",
+    "0 0 * * *", "0 0 * * 1", "0 0 1 * *", "0 0 * * 1-5", "*/30 * * * *", "0 */2 * * *",
+)
+# Not-due schedules are daily crons "m h * * *" at minute-of-day 1..1439 (minute 0 is "0 0 * * *",
+# a due cron), so an agent holds at most this many of them.
+DAILY_SLOTS = 1439
+
+FLOOR_CLAIM = """SELECT id FROM schedules
+                  WHERE status = 'active' AND next_run <= %(now)s
+                  ORDER BY next_run LIMIT %(limit)s
+                    FOR UPDATE SKIP LOCKED"""
+FLOOR_ADVANCE = "UPDATE schedules SET next_run = next_run + interval '1 day' WHERE id = ANY(%(ids)s)"
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+# --- the database ---------------------------------------------------------------------------
+
+@contextmanager
+def scratch_database() -> Iterator[str]:
+    """Yield the URL of a fresh scratch database; drop it (and any embedded server) at the end."""
+    server_url = os.environ.get("TICKWORK_DATABASE_URL", "")
+    if server_url:
+        say(f"server: TICKWORK_DATABASE_URL ({_redacted(server_url)})")
+        with _fresh_database(server_url) as url:
+            yield url
+        return
+    root = Path(tempfile.mkdtemp(prefix="tickwork-bench-tick-"))
+    os.chmod(root, 0o755)  # as root the server runs as another user, who must enter the folder
+    server = start_embedded(root)
+    say(f"server: embedded Postgres in {root} on port {server.port}")
+    try:
+        with _fresh_database(server.url) as url:
+            yield url
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def _fresh_database(server_url: str) -> Iterator[str]:
+    drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(SCRATCH_DB))
+    create = pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(SCRATCH_DB))
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(drop)  # a previous run that died leaves it behind
+        admin.execute(create)
+    try:
+        yield make_conninfo(server_url, dbname=SCRATCH_DB)
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(drop)
+
+
+def _redacted(url: str) -> str:
+    return url.split("@")[-1] if "@" in url else url
+
+
+def describe_server(url: str) -> None:
+    with psycopg.connect(url) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        settings = {name: conn.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name))).fetchone()[0]
+                    for name in ("shared_buffers", "synchronous_commit", "work_mem", "max_wal_size")}
+    say(f"postgres {version}; " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+
+
+# --- the data -------------------------------------------------------------------------------
+
+def agent_count(schedules: int, due: int, wanted: int) -> int:
+    """Enough agents that every (agent, cron) pair stays unique."""
+    return max(wanted, math.ceil(due / len(DUE_CRONS)), math.ceil((schedules - due) / DAILY_SLOTS))
+
+
+def schedule_spec(index: int, due: int, agents: int) -> tuple[int, str, datetime]:
+    """(agent number, cron, next_run) of schedule number ``index``; the first ``due`` are due."""
+    if index < due:
+        agent = index % agents
+        return agent, DUE_CRONS[(index // agents + agent) % len(DUE_CRONS)], T
+    k = index - due
+    agent, slot = k % agents, k // agents
+    minute_of_day = 1 + (agent + slot) % DAILY_SLOTS  # spreads next_run over the next 24 hours
+    cron = f"{minute_of_day % 60} {minute_of_day // 60} * * *"
+    return agent, cron, T + timedelta(minutes=minute_of_day)
+
+
+def load(conn: psycopg.Connection, schedules: int, due: int, agents: int) -> list[UUID]:
+    """Replace all data with one tenant, ``agents`` agents and ``schedules`` schedules; return
+    the ids of the due ones."""
+    conn.execute("TRUNCATE tenants, agents, schedules, executions, queue_tasks, skipped_fires CASCADE")
+    tenant_id = new_id()
+    conn.execute("INSERT INTO tenants (id, name) VALUES (%s, 'bench')", (tenant_id,))
+    agent_ids = [new_id() for _ in range(agents)]
+    with conn.cursor().copy("COPY agents (id, tenant_id, name) FROM STDIN") as copy:
+        for n, agent_id in enumerate(agent_ids):
+            copy.write_row((agent_id, tenant_id, f"agent-{n}"))
+    # Shuffled so the due rows are scattered over the heap as in a table built up over time,
+    # not packed into the first pages; ids are minted in heap order, as UUIDv7 would be.
+    order = list(range(schedules))
+    random.Random(42).shuffle(order)
+    due_ids: list[UUID] = []
+    columns = "id, tenant_id, agent_id, cron, next_run, overlap"
+    with conn.cursor().copy(f"COPY schedules ({columns}) FROM STDIN") as copy:
+        for index in order:
+            agent, cron, next_run = schedule_spec(index, due, agents)
+            schedule_id = new_id()
+            if index < due:
+                due_ids.append(schedule_id)
+            # overlap='skip' (the default) keeps the unfinished-run lookup in the measured path;
+            # every reset deletes all executions, so none is unfinished and all due rows fire.
+            copy.write_row((schedule_id, tenant_id, agent_ids[agent], cron, next_run, "skip"))
+    conn.commit()
+    return due_ids
+
+
+def check_due_crons() -> None:
+    for expression in DUE_CRONS:
+        if not croniter.match(expression, T):
+            raise SystemExit(f"bench bug: {expression!r} does not fire at {T}")
+
+
+def load_dataset(url: str, schedules: int, due: int, agents: int) -> list[UUID]:
+    started = time.perf_counter()
+    with psycopg.connect(url) as conn:
+        due_ids = load(conn, schedules, due, agents)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE")  # statistics for the planner and a set visibility map
+        _checkpoint(conn)
+    say(f"loaded {schedules:,} schedules ({due:,} due at {T:%Y-%m-%d %H:%M} UTC) for {agents:,} "
+        f"agents in {time.perf_counter() - started:.1f} s")
+    return due_ids
+
+
+# --- reset and verification -------------------------------------------------------------------
+
+def reset(conn: psycopg.Connection, due_ids: list[UUID]) -> None:
+    """Put the due rows back to due and remove what the last run wrote, then clean up after it,
+    so every measurement starts from the same state (no dead tuples, fresh statistics)."""
+    conn.execute("UPDATE schedules SET next_run = %s, last_run = NULL WHERE id = ANY(%s)",
+                 (T, due_ids))
+    for table in ("executions", "queue_tasks", "skipped_fires"):
+        conn.execute(pgsql.SQL("DELETE FROM {}").format(pgsql.Identifier(table)))
+    conn.execute("VACUUM ANALYZE schedules, executions, queue_tasks, skipped_fires")
+    _checkpoint(conn)  # else a checkpoint started by the previous run's WAL lands in the next one
+
+
+def _checkpoint(conn: psycopg.Connection) -> None:
+    try:
+        conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege:
+        pass  # not a superuser on a shared server: measurements are just a little noisier
+
+
+def counts(conn: psycopg.Connection) -> dict[str, int]:
+    query = """SELECT (SELECT count(*) FROM executions) AS executions,
+                      (SELECT count(*) FROM queue_tasks) AS queue_tasks,
+                      (SELECT count(*) FROM schedules WHERE status = 'active' AND next_run <= %s)
+                          AS still_due"""
+    row = conn.execute(query, (T,)).fetchone()
+    return {"executions": row[0], "queue_tasks": row[1], "still_due": row[2]}
+
+
+def verify(conn: psycopg.Connection, kind: str, due: int, handled: int) -> None:
+    """Fail loudly unless the run handled every due row (and, for the tick, wrote one execution
+    and one queue task each): a fast wrong tick is not a result."""
+    found = counts(conn)
+    wanted = {"executions": due if kind == "tick" else 0,
+              "queue_tasks": due if kind == "tick" else 0, "still_due": 0}
+    if found != wanted or handled != due:
+        raise SystemExit(f"{kind} run is wrong: handled {handled} of {due}; found {found}, "
+                         f"wanted {wanted}")
+
+
+# --- the two measured operations --------------------------------------------------------------
+
+async def run_tick(pool: AsyncConnectionPool, batch: int) -> int:
+    result = await dispatch_due(pool, now=T, batch_size=batch, missed_limit=MISSED_LIMIT)
+    if result.created != result.claimed:
+        raise SystemExit(f"tick claimed {result.claimed} but created {result.created}")
+    return result.created
+
+
+async def run_floor(pool: AsyncConnectionPool, batch: int) -> int:
+    """The same loop shape as dispatch_due: batches until one comes back short."""
+    handled = 0
+    while True:
+        async with pool.connection() as conn:
+            claimed = await _floor_once(conn, batch)
+        handled += claimed
+        if claimed < batch:
+            return handled
+
+
+async def _floor_once(conn: psycopg.AsyncConnection, batch: int) -> int:
+    async with conn.transaction():
+        cursor = await conn.execute(FLOOR_CLAIM, {"now": T, "limit": batch})
+        ids = [row["id"] for row in await cursor.fetchall()]
+        if ids:
+            await conn.execute(FLOOR_ADVANCE, {"ids": ids})
+    return len(ids)
+
+
+RUNNERS: dict[str, Callable[[AsyncConnectionPool, int], Awaitable[int]]] = {
+    "tick": run_tick, "floor": run_floor}
+
+
+async def measure_dataset(url: str, label: str, due_ids: list[UUID], repeat: int
+                          ) -> dict[tuple[str, int], list[float]]:
+    """Time tick and floor ``repeat`` times per batch size, alternating which goes first."""
+    timings: dict[tuple[str, int], list[float]] = defaultdict(list)
+    pool = await open_pool(url, application_name="tickwork-bench-tick", min_size=1, max_size=2)
+    try:
+        with psycopg.connect(url, autocommit=True) as admin:
+            for rep in range(repeat):
+                order = ("tick", "floor") if rep % 2 == 0 else ("floor", "tick")
+                for batch in BATCH_SIZES:
+                    for kind in order:
+                        ms = await _measure_one(pool, admin, kind, batch, len(due_ids), due_ids)
+                        timings[(kind, batch)].append(ms)
+                        say(f"  {label}  rep {rep + 1}/{repeat}  {kind:<5}  batch {batch:>5}: "
+                            f"{ms:8.1f} ms")
+    finally:
+        await pool.close()
+    return timings
+
+
+async def _measure_one(pool: AsyncConnectionPool, admin: psycopg.Connection, kind: str,
+                       batch: int, due: int, due_ids: list[UUID]) -> float:
+    reset(admin, due_ids)
+    started = time.perf_counter()
+    handled = await RUNNERS[kind](pool, batch)
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    verify(admin, kind, due, handled)
+    return elapsed_ms
+
+
+# --- reporting ------------------------------------------------------------------------------
+
+def summarize(label: str, timings: dict[tuple[str, int], list[float]]) -> dict[str, float]:
+    """Median and min per (kind, batch); prints one line per batch size."""
+    figures: dict[str, float] = {}
+    for batch in BATCH_SIZES:
+        tick, floor = timings[("tick", batch)], timings[("floor", batch)]
+        figures[f"tick_{batch}"] = round(statistics.median(tick), 1)
+        figures[f"tick_min_{batch}"] = round(min(tick), 1)
+        figures[f"floor_{batch}"] = round(statistics.median(floor), 1)
+        figures[f"floor_min_{batch}"] = round(min(floor), 1)
+        figures[f"ratio_{batch}"] = round(figures[f"tick_{batch}"] / figures[f"floor_{batch}"], 2)
+        say(f"{label} batch {batch}: tick median {figures[f'tick_{batch}']} ms "
+            f"(min {figures[f'tick_min_{batch}']}), floor median {figures[f'floor_{batch}']} ms "
+            f"(min {figures[f'floor_min_{batch}']}), tick/floor {figures[f'ratio_{batch}']}x")
+    return figures
+
+
+def final_json(args: argparse.Namespace, small: int, big: dict[str, float],
+               little: dict[str, float]) -> dict[str, object]:
+    b = HEADLINE_BATCH
+    return {
+        "tick_ms": big[f"tick_{b}"], "floor_ms": big[f"floor_{b}"], "ratio": big[f"ratio_{b}"],
+        "tick_min_ms": big[f"tick_min_{b}"], "floor_min_ms": big[f"floor_min_{b}"],
+        "tick_ms_100k": little[f"tick_{b}"], "floor_ms_100k": little[f"floor_{b}"],
+        "ratio_100k": little[f"ratio_{b}"],
+        "growth_1m_vs_100k": round(big[f"tick_{b}"] / little[f"tick_{b}"], 2),
+        "floor_growth_1m_vs_100k": round(big[f"floor_{b}"] / little[f"floor_{b}"], 2),
+        "tick_ms_batch5000": big["tick_5000"], "floor_ms_batch5000": big["floor_5000"],
+        "ratio_batch5000": big["ratio_5000"],
+        "due": args.due, "schedules": args.schedules, "schedules_small": small,
+        "batch": b, "repeat": args.repeat,
+        "server": "url" if os.environ.get("TICKWORK_DATABASE_URL") else "embedded",
+    }
+
+
+# --- main -----------------------------------------------------------------------------------
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--schedules", type=int, default=1_000_000,
+                        help="schedules in the big data set (the small one holds a tenth)")
+    parser.add_argument("--due", type=int, default=10_000, help="schedules due at the tick")
+    parser.add_argument("--repeat", type=int, default=5, help="measurements of each kind")
+    parser.add_argument("--agents", type=int, default=1_000, help="agents (at least)")
+    args = parser.parse_args()
+    if not 0 < args.due <= args.schedules // 10:
+        parser.error("--due must be positive and at most a tenth of --schedules "
+                     "(the small data set holds a tenth of them, all due ones included)")
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    return args
+
+
+def bench_one(url: str, label: str, schedules: int, due: int, agents: int, repeat: int
+              ) -> dict[str, float]:
+    due_ids = load_dataset(url, schedules, due, agents)
+    timings = asyncio.run(measure_dataset(url, label, due_ids, repeat))
+    return summarize(label, timings)
+
+
+def main() -> None:
+    args = parse_args()
+    # Library logs (migrations, the embedded server) go to stderr: stdout ends with the JSON line.
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    check_due_crons()
+    small = args.schedules // 10
+    with scratch_database() as url:
+        describe_server(url)
+        migrate(url)
+        agents = agent_count(args.schedules, args.due, args.agents)
+        big = bench_one(url, f"{args.schedules:,}", args.schedules, args.due, agents, args.repeat)
+        little = bench_one(url, f"{small:,}", small, args.due,
+                           agent_count(small, args.due, args.agents), args.repeat)
+    growth = big[f"tick_{HEADLINE_BATCH}"] / little[f"tick_{HEADLINE_BATCH}"]
+    say(f"tick with {args.schedules:,} vs {small:,} schedules (same {args.due:,} due): "
+        f"{growth:.2f}x")
+    print(json.dumps(final_json(args, small, big, little)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

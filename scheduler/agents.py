@@ -1,0 +1,77 @@
+"""Agents: definitions a tenant writes; tool keys are checked against the live tool catalog."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from psycopg import AsyncConnection
+
+from scheduler.models import AgentIn
+from scheduler.serialize import AGENT_FIELDS, pick
+from scheduler.tokens import Principal
+from sql import QUERIES
+from sql.errors import NotFound, TickworkError
+from sql.ids import new_id
+
+
+class UnknownTools(TickworkError):
+    code = "unknown_tool"
+    http_status = 400
+
+    def __init__(self, keys: list[str]) -> None:
+        super().__init__(f"unknown tool keys: {', '.join(keys)}; list the available tools with "
+                         "GET /v1/tools", field="tools", unknown=keys)
+
+
+def public_agent(row: dict[str, Any]) -> dict[str, Any]:
+    return pick(row, AGENT_FIELDS)
+
+
+def agent_not_found(agent_id: object) -> NotFound:
+    return NotFound("agent", agent_id, "list agents with GET /v1/agents")
+
+
+async def check_tools(conn: AsyncConnection, keys: list[str]) -> None:
+    if not keys:
+        return
+    cursor = await conn.execute(QUERIES["find_unknown_tools"], {"keys": sorted(set(keys))})
+    unknown = [row["key"] for row in await cursor.fetchall()]
+    if unknown:
+        raise UnknownTools(unknown)
+
+
+def _params(body: AgentIn, principal: Principal) -> dict[str, Any]:
+    return {"tenant_id": principal.tenant_id, "name": body.name,
+            "instructions": body.instructions, "tools": body.tools,
+            "auto_approve": body.auto_approve, "status": body.status}
+
+
+async def create_agent(conn: AsyncConnection, principal: Principal, body: AgentIn) -> dict:
+    await check_tools(conn, body.tools)
+    cursor = await conn.execute(QUERIES["insert_agent"], {"id": new_id(), **_params(body, principal)})
+    return public_agent(await cursor.fetchone())
+
+
+async def replace_agent(conn: AsyncConnection, principal: Principal, agent_id: UUID,
+                        body: AgentIn) -> dict:
+    await check_tools(conn, body.tools)
+    cursor = await conn.execute(QUERIES["update_agent"], {"id": agent_id, **_params(body, principal)})
+    row = await cursor.fetchone()
+    if row is None:
+        raise agent_not_found(agent_id)
+    return public_agent(row)
+
+
+async def get_agent(conn: AsyncConnection, principal: Principal, agent_id: UUID) -> dict:
+    cursor = await conn.execute(QUERIES["get_agent"], {"id": agent_id, "tenant_id": principal.tenant_id})
+    row = await cursor.fetchone()
+    if row is None:
+        raise agent_not_found(agent_id)
+    return row
+
+
+async def delete_agent(conn: AsyncConnection, principal: Principal, agent_id: UUID) -> None:
+    cursor = await conn.execute(QUERIES["delete_agent"], {"id": agent_id, "tenant_id": principal.tenant_id})
+    if await cursor.fetchone() is None:
+        raise agent_not_found(agent_id)

@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI): agents, schedules, run now, runs, tick, health, metrics."""

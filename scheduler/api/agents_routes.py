@@ -1,0 +1,58 @@
+"""/v1/agents and POST /v1/agents/{id}/runs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Body, Depends, Header, Query
+
+from scheduler.agents import create_agent, delete_agent, get_agent, public_agent, replace_agent
+from scheduler.api.deps import Session, session
+from scheduler.models import AgentIn, RunIn
+from scheduler.pagination import check_limit, decode_cursor, page
+from scheduler.runs import request_hash, start_agent_run
+from sql import QUERIES
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+
+
+@router.post("", status_code=201)
+async def create(body: AgentIn, s: Session = Depends(session)) -> dict:
+    return await create_agent(s.conn, s.principal, body)
+
+
+@router.get("")
+async def list_agents(limit: int = 50, cursor: str | None = None, name: str | None = None,
+                      s: Session = Depends(session)) -> dict:
+    limit = check_limit(limit)
+    rows = await (await s.conn.execute(QUERIES["list_agents"], {
+        "tenant_id": s.principal.tenant_id, "name": name, "cursor": decode_cursor(cursor),
+        "limit": limit + 1})).fetchall()
+    return page(rows, limit, public_agent)
+
+
+@router.get("/{agent_id}")
+async def read(agent_id: UUID, s: Session = Depends(session)) -> dict:
+    return public_agent(await get_agent(s.conn, s.principal, agent_id))
+
+
+@router.put("/{agent_id}")
+async def replace(agent_id: UUID, body: AgentIn, s: Session = Depends(session)) -> dict:
+    return await replace_agent(s.conn, s.principal, agent_id, body)
+
+
+@router.delete("/{agent_id}", status_code=204)
+async def delete(agent_id: UUID, s: Session = Depends(session)) -> None:
+    await delete_agent(s.conn, s.principal, agent_id)
+
+
+@router.post("/{agent_id}/runs", status_code=202)
+async def run(agent_id: UUID, body: Annotated[RunIn | None, Body()] = None,
+              idempotency_key: IdempotencyKey = None, s: Session = Depends(session)) -> dict:
+    body = body or RunIn()
+    body_hash = request_hash(f"agents/{agent_id}/runs", body.model_dump(mode="json"))
+    return await start_agent_run(s.conn, s.principal, agent_id, run_input=body.input,
+                                 timeout_minutes=body.timeout_minutes,
+                                 idempotency_key=idempotency_key, body_hash=body_hash)

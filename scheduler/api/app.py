@@ -1,0 +1,42 @@
+"""The FastAPI application: routes, error shapes, the body guard, and the pool's lifetime."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from psycopg_pool import AsyncConnectionPool
+
+from scheduler.api import agents_routes, ops_routes, runs_routes, schedules_routes
+from scheduler.api.body_guard import BodyGuard
+from scheduler.api.errors import install_error_handlers
+from scheduler.settings import SchedulerSettings
+from sql.db import open_pool
+
+MAX_BODY_BYTES = 1024 * 1024
+
+
+def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
+               pool: AsyncConnectionPool | None = None) -> FastAPI:
+    """Build the app around an existing pool, or one it opens from ``database_url`` at startup."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        owned = pool is None
+        app.state.pool = pool or await open_pool(database_url, application_name="tickwork-api")
+        try:
+            yield
+        finally:
+            if owned:
+                await app.state.pool.close()
+
+    app = FastAPI(title="tickwork", version="0.1.0", lifespan=lifespan,
+                  description="A Postgres-native job queue and scheduler for AI-agent runs.")
+    app.state.settings = settings
+    if pool is not None:
+        app.state.pool = pool
+    for module in (agents_routes, schedules_routes, runs_routes, ops_routes):
+        app.include_router(module.router)
+    install_error_handlers(app)
+    app.add_middleware(BodyGuard, max_bytes=MAX_BODY_BYTES)
+    return app

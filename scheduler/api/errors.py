@@ -1,0 +1,60 @@
+"""Every error leaves the API as JSON with a machine-readable code and a human sentence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import structlog
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from sql.db import translate_error
+from sql.errors import TickworkError
+
+log = structlog.get_logger()
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "body"
+
+
+def _sentence(error: dict[str, Any]) -> str:
+    field = _field(tuple(error.get("loc", ())))
+    if error.get("type") == "extra_forbidden":
+        return f"unknown field {field!r}; remove it (see GET /openapi.json for the fields)"
+    if error.get("type") == "missing":
+        return f"{field} is required"
+    return f"{field}: {error.get('msg', 'is not valid')}"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(TickworkError)
+    async def _tickwork(_: Request, exc: TickworkError) -> JSONResponse:
+        return JSONResponse(exc.as_body(), status_code=exc.http_status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        code = "invalid_path" if first.get("loc", ("",))[0] == "path" else "invalid_input"
+        return JSONResponse({"error": code, "message": _sentence(first),
+                             "field": _field(tuple(first.get("loc", ())))}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        message = "no such route; see GET /openapi.json" if exc.status_code == 404 else str(exc.detail)
+        return JSONResponse({"error": f"http_{exc.status_code}", "message": message},
+                            status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(psycopg.Error)
+    async def _database(_: Request, exc: psycopg.Error) -> JSONResponse:
+        translated = translate_error(exc)
+        if translated is not None:
+            return JSONResponse(translated.as_body(), status_code=translated.http_status)
+        log.error("database_error", error_type=type(exc).__name__, sqlstate=exc.sqlstate)
+        return JSONResponse({"error": "database_unavailable",
+                             "message": "the database could not complete the request; try again"},
+                            status_code=503)

@@ -1,0 +1,57 @@
+"""Operations: health, Prometheus metrics, the tick endpoint, and the tool catalog."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from scheduler.api.deps import Session, admin_session, pool_of, session, settings_of
+from scheduler.models import TickIn
+from scheduler.serialize import parse_utc
+from scheduler.tick import run_tick
+from sql import QUERIES
+from sql.errors import InvalidInput
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz")
+async def healthz(request: Request) -> JSONResponse:
+    """200 once the process can serve (its database answers); no token needed."""
+    try:
+        async with pool_of(request).connection(timeout=2) as conn:
+            await conn.execute("SELECT 1")
+    except Exception as exc:  # any failure here means "not ready", reported, not raised
+        return JSONResponse({"status": "unavailable", "reason": type(exc).__name__},
+                            status_code=503)
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/metrics")
+async def metrics(_: Session = Depends(session)) -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+
+@router.post("/v1/tick")
+async def tick(request: Request, body: Annotated[TickIn | None, Body()] = None,
+               _: Session = Depends(admin_session)) -> dict:
+    """Run one tick now (for deployments driven by an external cron). Always 200: the outcome,
+    failed or not, is in the body; the tick itself is never retried."""
+    settings = settings_of(request)
+    now = None
+    if body is not None and body.at is not None:
+        if not settings.test_mode:
+            raise InvalidInput("'at' is only accepted in test mode; the tick uses the database "
+                               "clock", code="test_mode_only", field="at")
+        now = parse_utc(body.at, "at")
+    outcome = await run_tick(pool_of(request), settings, now=now)
+    return outcome.as_dict()
+
+
+@router.get("/v1/tools")
+async def tools(s: Session = Depends(session)) -> dict:
+    rows = await (await s.conn.execute(QUERIES["list_tools"])).fetchall()
+    return {"items": rows, "next_cursor": None}

@@ -1,0 +1,32 @@
+"""/v1/runs: what ran, is running or waits, filtered by agent, schedule and status."""
+
+from __future__ import annotations
+
+from typing import Literal
+from uuid import UUID
+
+from fastapi import APIRouter, Depends
+
+from scheduler.api.deps import Session, session
+from scheduler.pagination import check_limit, decode_cursor, page
+from scheduler.runs import get_run, public_run
+from sql import QUERIES
+
+router = APIRouter(prefix="/v1/runs", tags=["runs"])
+RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
+
+
+@router.get("")
+async def list_runs(limit: int = 50, cursor: str | None = None, agent_id: UUID | None = None,
+                    schedule_id: UUID | None = None, status: RunStatus | None = None,
+                    s: Session = Depends(session)) -> dict:
+    limit = check_limit(limit)
+    rows = await (await s.conn.execute(QUERIES["list_executions"], {
+        "tenant_id": s.principal.tenant_id, "agent_id": agent_id, "schedule_id": schedule_id,
+        "status": status, "cursor": decode_cursor(cursor), "limit": limit + 1})).fetchall()
+    return page(rows, limit, public_run)
+
+
+@router.get("/{run_id}")
+async def read(run_id: UUID, s: Session = Depends(session)) -> dict:
+    return await get_run(s.conn, s.principal, run_id)

@@ -1,0 +1,62 @@
+"""/v1/schedules, run-now and the fire history."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from fastapi import APIRouter, Depends
+
+from scheduler.api.agents_routes import IdempotencyKey
+from scheduler.api.deps import Session, session
+from scheduler.models import ScheduleIn, SchedulePatch
+from scheduler.pagination import check_limit, decode_cursor, page
+from scheduler.runs import request_hash, run_schedule_now
+from scheduler.schedules import (create_schedule, delete_schedule, get_schedule, patch_schedule,
+                                 public_schedule, schedule_history)
+from sql import QUERIES
+
+router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
+
+
+@router.post("", status_code=201)
+async def create(body: ScheduleIn, s: Session = Depends(session)) -> dict:
+    return await create_schedule(s.conn, s.principal, body)
+
+
+@router.get("")
+async def list_schedules(limit: int = 50, cursor: str | None = None,
+                         agent_id: UUID | None = None, s: Session = Depends(session)) -> dict:
+    limit = check_limit(limit)
+    rows = await (await s.conn.execute(QUERIES["list_schedules"], {
+        "tenant_id": s.principal.tenant_id, "agent_id": agent_id,
+        "cursor": decode_cursor(cursor), "limit": limit + 1})).fetchall()
+    return page(rows, limit, public_schedule)
+
+
+@router.get("/{schedule_id}")
+async def read(schedule_id: UUID, s: Session = Depends(session)) -> dict:
+    return public_schedule(await get_schedule(s.conn, s.principal, schedule_id))
+
+
+@router.patch("/{schedule_id}")
+async def patch(schedule_id: UUID, body: SchedulePatch, s: Session = Depends(session)) -> dict:
+    return await patch_schedule(s.conn, s.principal, schedule_id, body)
+
+
+@router.delete("/{schedule_id}", status_code=204)
+async def delete(schedule_id: UUID, s: Session = Depends(session)) -> None:
+    await delete_schedule(s.conn, s.principal, schedule_id)
+
+
+@router.post("/{schedule_id}/run-now", status_code=202)
+async def run_now(schedule_id: UUID, idempotency_key: IdempotencyKey = None,
+                  s: Session = Depends(session)) -> dict:
+    return await run_schedule_now(s.conn, s.principal, schedule_id,
+                                  idempotency_key=idempotency_key,
+                                  body_hash=request_hash(f"schedules/{schedule_id}/run-now", None))
+
+
+@router.get("/{schedule_id}/history")
+async def history(schedule_id: UUID, limit: int = 100, s: Session = Depends(session)) -> dict:
+    items = await schedule_history(s.conn, s.principal, schedule_id, check_limit(limit))
+    return {"items": items, "next_cursor": None}

@@ -1,0 +1,99 @@
+"""Request bodies. Strict: unknown fields are refused, numbers are numbers, and anything
+timezone-bearing is refused with the reason (cron is always UTC; the client owns local time)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+
+from sql.errors import InvalidInput
+
+TimeoutMinutes = Annotated[StrictInt, Field(ge=1, le=15)]
+MaxAttempts = Annotated[StrictInt, Field(ge=1, le=10)]
+ToolKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+_ZONE_KEYS = {"timezone", "tz", "time_zone", "zone"}
+
+
+def refuse_zone_keys(data: Any, where: str) -> None:
+    if isinstance(data, dict):
+        found = sorted(k for k in data if isinstance(k, str) and k.lower() in _ZONE_KEYS)
+        if found:
+            raise InvalidInput(
+                f"{where} may not carry a time zone ({found[0]!r}): schedules are always UTC; "
+                "convert local times to a UTC cron (the tickwork CLI does this for you)",
+                code="timezone_not_allowed", field=found[0])
+
+
+class RequestBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_zone_keys(cls, data: Any) -> Any:
+        refuse_zone_keys(data, "the request")
+        return data
+
+
+class AgentIn(RequestBody):
+    name: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+    instructions: StrictStr = ""
+    tools: list[ToolKey] = []
+    auto_approve: list[ToolKey] = []
+    status: Literal["active", "paused", "draft"] = "active"
+
+    @model_validator(mode="after")
+    def _check(self) -> "AgentIn":
+        if len(self.instructions) > 16384:
+            raise InvalidInput(f"instructions are {len(self.instructions):,} characters; the "
+                               "limit is 16,384", code="instructions_too_long", field="instructions")
+        outside = sorted(set(self.auto_approve) - set(self.tools))
+        if outside:
+            raise InvalidInput(f"auto_approve names tools the agent does not have: "
+                               f"{', '.join(outside)}; add them to tools first",
+                               code="invalid_auto_approve", field="auto_approve")
+        return self
+
+
+class DisplayIn(RequestBody):
+    """How the user wrote the schedule, stored beside the UTC cron for showing it back."""
+
+    frequency: Literal["daily", "weekly", "hourly", "cron"]
+    time_of_day: Annotated[StrictStr, Field(pattern=r"^([01][0-9]|2[0-3]):[0-5][0-9]$")] | None = None
+    days_of_week: list[Literal["mon", "tue", "wed", "thu", "fri", "sat", "sun"]] | None = None
+    interval_hours: Literal[1, 2, 3, 4, 6, 8, 12] | None = None
+
+
+class ScheduleIn(RequestBody):
+    agent_id: UUID
+    cron: StrictStr
+    timeout_minutes: TimeoutMinutes = 5
+    overlap: Literal["skip", "allow"] = "skip"
+    max_attempts: MaxAttempts = 3
+    display: DisplayIn | None = None
+    input: dict[str, Any] = {}
+
+
+class SchedulePatch(RequestBody):
+    status: Literal["active", "paused"] | None = None
+    timeout_minutes: TimeoutMinutes | None = None
+    overlap: Literal["skip", "allow"] | None = None
+    input: dict[str, Any] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cron_is_fixed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "cron" in data:
+            raise InvalidInput("a schedule's cron cannot be changed; create a schedule with the "
+                               "new cron and delete this one", code="cron_immutable", field="cron")
+        return data
+
+
+class RunIn(RequestBody):
+    input: dict[str, Any] = {}
+    timeout_minutes: TimeoutMinutes = 5
+
+
+class TickIn(RequestBody):
+    at: StrictStr | None = None

@@ -1,0 +1,87 @@
+"""Runs started by a person or a program: "run now" on a schedule and runs of an agent.
+
+Both go down the same path as a cron fire: an execution row and a queue task named by its id,
+inserted in one transaction with NOTIFY. An Idempotency-Key makes a retried request return the
+execution the first request created; the same key with a different body is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+from uuid import UUID
+
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+
+from scheduler.agents import get_agent
+from scheduler.schedules import get_schedule
+from scheduler.serialize import RUN_FIELDS, pick
+from scheduler.tokens import Principal
+from sql import QUERIES
+from sql.errors import InvalidInput, NotFound
+from sql.ids import new_id
+
+
+def public_run(row: dict[str, Any]) -> dict[str, Any]:
+    return pick(row, RUN_FIELDS)
+
+
+def request_hash(route: str, body: Any) -> str:
+    canonical = json.dumps([route, body], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+async def start_agent_run(conn: AsyncConnection, principal: Principal, agent_id: UUID, *,
+                          run_input: dict, timeout_minutes: int, idempotency_key: str | None,
+                          body_hash: str) -> dict:
+    agent = await get_agent(conn, principal, agent_id)
+    return await _insert_run(conn, principal, idempotency_key, body_hash, {
+        "agent_id": agent["id"], "schedule_id": None, "trigger_type": "run",
+        "trigger_source": "api", "max_attempts": 3, "timeout_minutes": timeout_minutes,
+        "input": Jsonb(run_input)})
+
+
+async def run_schedule_now(conn: AsyncConnection, principal: Principal, schedule_id: UUID, *,
+                           idempotency_key: str | None, body_hash: str) -> dict:
+    """An execution now, trigger schedule/manual; the schedule itself is left untouched."""
+    schedule = await get_schedule(conn, principal, schedule_id)
+    return await _insert_run(conn, principal, idempotency_key, body_hash, {
+        "agent_id": schedule["agent_id"], "schedule_id": schedule["id"],
+        "trigger_type": "schedule", "trigger_source": "manual",
+        "max_attempts": schedule["max_attempts"], "timeout_minutes": schedule["timeout_minutes"],
+        "input": Jsonb(schedule["input"])})
+
+
+async def _insert_run(conn: AsyncConnection, principal: Principal, idempotency_key: str | None,
+                      body_hash: str, fields: dict[str, Any]) -> dict:
+    async with conn.transaction():
+        cursor = await conn.execute(QUERIES["insert_manual_execution"], {
+            "id": new_id(), "tenant_id": principal.tenant_id, "idempotency_key": idempotency_key,
+            "request_hash": body_hash if idempotency_key else None, **fields})
+        row = await cursor.fetchone()
+    if row is not None:
+        return public_run(row)
+    return await _replay(conn, principal, idempotency_key, body_hash)
+
+
+async def _replay(conn: AsyncConnection, principal: Principal, key: str | None,
+                  body_hash: str) -> dict:
+    cursor = await conn.execute(QUERIES["get_execution_by_idempotency_key"],
+                                {"tenant_id": principal.tenant_id, "idempotency_key": key})
+    row = await cursor.fetchone()
+    if row["request_hash"] != body_hash:
+        raise InvalidInput(f"Idempotency-Key {key!r} was already used for a different request "
+                           f"(execution {row['id']}); use a new key for a new request",
+                           code="idempotency_key_reused", existing_id=str(row["id"]))
+    return public_run(row)
+
+
+async def get_run(conn: AsyncConnection, principal: Principal, run_id: UUID) -> dict:
+    cursor = await conn.execute(QUERIES["get_execution"],
+                                {"id": run_id, "tenant_id": principal.tenant_id})
+    row = await cursor.fetchone()
+    if row is None:
+        raise NotFound("run", run_id, "list runs with GET /v1/runs")
+    return public_run(row)

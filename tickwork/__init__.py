@@ -1,0 +1,1 @@
+"""The composition root: the `tickwork` command and `tickwork up`. Wiring only."""

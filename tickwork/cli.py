@@ -1,0 +1,118 @@
+"""The `tickwork` command: process verbs here, resource verbs in cli_resources."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Optional
+
+import typer
+
+from scheduler.serialize import parse_utc
+from scheduler.settings import SchedulerSettings
+from sql.db import DatabaseSettings
+from sql.errors import TickworkError
+from tickwork import cli_resources
+from tickwork.client import fail
+from tickwork.logs import configure_logging
+
+app = typer.Typer(help="tickwork: a Postgres-native job queue and scheduler for AI-agent runs.",
+                  no_args_is_help=True, add_completion=False)
+token_app = typer.Typer(help="Operator tokens.", no_args_is_help=True)
+app.add_typer(token_app, name="token")
+cli_resources.register(app)
+
+
+def database_url() -> str:
+    url = DatabaseSettings().database_url
+    if not url:
+        fail("set TICKWORK_DATABASE_URL to a Postgres URL (or use `tickwork up`, which starts an "
+             "embedded Postgres)")
+    return url
+
+
+def migrate_and_publish(url: str) -> None:
+    from sql.migrate import migrate
+    from worker.tools.publish import publish_catalog
+
+    applied = migrate(url)
+    tools = publish_catalog(url)
+    typer.echo(f"migrations applied: {len(applied)}; tools published: {tools}")
+
+
+@app.command()
+def migrate() -> None:
+    """Apply pending migrations and publish the tool catalog (safe to run twice at once)."""
+    configure_logging()
+    migrate_and_publish(database_url())
+
+
+@app.command()
+def api(host: str = "127.0.0.1", port: int = 8080) -> None:
+    """Serve the HTTP API."""
+    from tickwork.processes import serve_api
+
+    configure_logging()
+    asyncio.run(serve_api(database_url(), SchedulerSettings(), host, port))
+
+
+@app.command()
+def scheduler() -> None:
+    """Run the minute tick (any number side by side: SKIP LOCKED keeps them apart)."""
+    from tickwork.processes import serve_scheduler
+
+    configure_logging()
+    asyncio.run(serve_scheduler(database_url(), SchedulerSettings()))
+
+
+@app.command()
+def tick(at: Optional[str] = typer.Option(None, help="Test mode only: tick as of this UTC time.")
+         ) -> None:
+    """Run one tick now and print its outcome (for an external cron). Exit 1 if it failed."""
+    from tickwork.processes import tick_now
+
+    settings = SchedulerSettings()
+    moment = None
+    if at is not None:
+        if not settings.test_mode:
+            fail("--at is only accepted in test mode (TICKWORK_TEST_MODE=1)")
+        try:
+            moment = parse_utc(at, "--at")
+        except TickworkError as exc:
+            fail(exc.message)
+    configure_logging("warning")
+    outcome = asyncio.run(tick_now(database_url(), settings, moment))
+    typer.echo(json.dumps(outcome.as_dict()))
+    raise typer.Exit(0 if outcome.ok else 1)
+
+
+@token_app.command("create")
+def token_create(tenant: str = typer.Option(..., help="Tenant name (created if new)."),
+                 admin: bool = typer.Option(False, help="May call operator routes such as /v1/tick.")
+                 ) -> None:
+    """Create a token; it is printed once, alone on the last line."""
+    from tickwork.local import create_token_sync
+
+    try:
+        token = create_token_sync(database_url(), tenant=tenant, admin=admin)
+    except TickworkError as exc:
+        fail(exc.message)
+    typer.echo(f"token for tenant {tenant}{' (admin)' if admin else ''}; store it now, it is "
+               "not shown again:")
+    typer.echo(token)
+
+
+@app.command()
+def up(port: int = 8080, host: str = "127.0.0.1") -> None:
+    """Run everything on this machine: migrate, API and scheduler in one process, on an
+    embedded Postgres when TICKWORK_DATABASE_URL is not set."""
+    from tickwork.local import run_up
+
+    configure_logging("warning")
+    run_up(os.environ.get("TICKWORK_DATABASE_URL", ""), host=host, port=port,
+           migrate_and_publish=migrate_and_publish)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,64 @@
+"""A small HTTP client of the tickwork API for the CLI; API errors become readable exits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import typer
+from rich.console import Console
+
+from tickwork.settings import ClientSettings
+
+err = Console(stderr=True)
+
+
+class ApiClient:
+    def __init__(self, settings: ClientSettings | None = None) -> None:
+        settings = settings or ClientSettings()
+        if not settings.token:
+            fail("set TICKWORK_TOKEN to an operator token (`tickwork up` prints one; "
+                 "`tickwork token create --tenant NAME` makes more)")
+        self._http = httpx.Client(base_url=settings.api_url, timeout=30,
+                                  headers={"Authorization": f"Bearer {settings.token}"})
+
+    def call(self, method: str, path: str, *, json: Any = None, params: dict | None = None,
+             headers: dict | None = None) -> Any:
+        try:
+            response = self._http.request(method, path, json=json, params=params, headers=headers)
+        except httpx.HTTPError as exc:
+            fail(f"cannot reach the tickwork API at {self._http.base_url} ({exc}); is it running? "
+                 "(set TICKWORK_API_URL)")
+        if response.status_code >= 400:
+            body = _json_or_none(response)
+            message = body.get("message") if isinstance(body, dict) else response.text[:300]
+            raise ApiError(response.status_code, body or {}, message or response.reason_phrase)
+        return _json_or_none(response)
+
+    def items(self, path: str, params: dict | None = None) -> list[dict]:
+        """Every item of a paginated list."""
+        params, found = dict(params or {}), []
+        while True:
+            page = self.call("GET", path, params=params)
+            found.extend(page["items"])
+            if not page.get("next_cursor"):
+                return found
+            params["cursor"] = page["next_cursor"]
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: dict, message: str) -> None:
+        super().__init__(message)
+        self.status, self.body, self.message = status, body, message
+
+
+def _json_or_none(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def fail(message: str, code: int = 1) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)

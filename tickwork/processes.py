@@ -1,0 +1,67 @@
+"""The long-running processes: API, scheduler loop, and `up` (all of it on one laptop)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from datetime import datetime
+
+import structlog
+import uvicorn
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from apscheduler.triggers.cron import CronTrigger
+from psycopg_pool import AsyncConnectionPool
+
+from scheduler.api.app import create_app
+from scheduler.settings import SchedulerSettings
+from scheduler.tick import TickOutcome, run_tick
+from sql.db import open_pool
+
+log = structlog.get_logger()
+
+
+def start_minute_tick(pool: AsyncConnectionPool, settings: SchedulerSettings) -> AsyncIOScheduler:
+    """APScheduler only decides *when*: at second 0 of every minute, one at a time, missed
+    runs coalesced into one (the tick itself re-evaluates everything that is due)."""
+    jobs = AsyncIOScheduler(timezone="UTC")
+    jobs.add_job(run_tick, CronTrigger(second=0, timezone="UTC"), args=[pool, settings],
+                 id="minute_tick", coalesce=True, max_instances=1, misfire_grace_time=30)
+    jobs.start()
+    return jobs
+
+
+async def serve_scheduler(url: str, settings: SchedulerSettings) -> None:
+    pool = await open_pool(url, application_name="tickwork-scheduler", max_size=4)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    jobs = start_minute_tick(pool, settings)
+    log.info("scheduler_started")
+    await stop.wait()
+    jobs.shutdown(wait=False)
+    await pool.close()
+    log.info("scheduler_stopped")
+
+
+async def serve_api(url: str, settings: SchedulerSettings, host: str, port: int,
+                    *, with_scheduler: bool = False) -> None:
+    pool = await open_pool(url, application_name="tickwork-api")
+    app = create_app(settings, pool=pool)
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                           access_log=False))
+    jobs = start_minute_tick(pool, settings) if with_scheduler else None
+    try:
+        await server.serve()  # returns on SIGINT/SIGTERM
+    finally:
+        if jobs is not None:
+            jobs.shutdown(wait=False)
+        await pool.close()
+
+
+async def tick_now(url: str, settings: SchedulerSettings, at: datetime | None) -> TickOutcome:
+    pool = await open_pool(url, application_name="tickwork-tick", max_size=2)
+    try:
+        return await run_tick(pool, settings, now=at)
+    finally:
+        await pool.close()

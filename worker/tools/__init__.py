@@ -1,0 +1,1 @@
+"""Tools: local ones run inside the worker; external ones come from vendor packages."""

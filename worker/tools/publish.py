@@ -1,0 +1,20 @@
+"""Publish the catalog to Postgres, where the API validates agents' tool keys against it."""
+
+from __future__ import annotations
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from sql import QUERIES
+from worker.tools.registry import ToolSpec, catalog
+
+
+def publish_catalog(url: str, specs: list[ToolSpec] | None = None) -> int:
+    specs = catalog() if specs is None else specs
+    with psycopg.connect(url, prepare_threshold=None) as conn:
+        with conn.cursor() as cursor:
+            cursor.executemany(QUERIES["upsert_tool"], [
+                {"key": s.key, "tool_class": s.tool_class, "is_local": s.is_local,
+                 "description": s.description, "parameters": Jsonb(s.parameters)}
+                for s in specs])
+    return len(specs)

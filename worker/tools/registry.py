@@ -1,0 +1,77 @@
+"""The tool catalog: vendor packages discovered by convention, schemas derived from type hints.
+
+A vendor is a package under ``worker/vendors/``; each function it marks with ``@tool`` becomes
+``vendor.function``. Nothing lists vendors centrally: adding a folder adds its tools.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from pydantic import create_model
+
+ToolClass = Literal["read", "send", "write", "delete"]
+_MARK = "__tickwork_tool_class__"
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    key: str
+    tool_class: ToolClass
+    is_local: bool
+    description: str
+    parameters: dict[str, Any]
+    function: Callable[..., Any] | None = None
+
+
+def tool(tool_class: ToolClass) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a vendor function as a tool of the given class (read, send, write or delete)."""
+    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        setattr(function, _MARK, tool_class)
+        return function
+    return mark
+
+
+def parameters_schema(function: Callable[..., Any]) -> dict[str, Any]:
+    """JSON schema of a tool's arguments from its signature; the first parameter (the run's
+    context) is not an argument the model passes."""
+    fields: dict[str, Any] = {}
+    for name, param in list(inspect.signature(function).parameters.items())[1:]:
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[name] = (param.annotation, default)
+    schema = create_model(f"{function.__name__}_arguments", **fields).model_json_schema()
+    schema.pop("title", None)
+    return schema
+
+
+def vendor_tools(package: str = "worker.vendors") -> list[ToolSpec]:
+    specs: list[ToolSpec] = []
+    root = importlib.import_module(package)
+    for info in pkgutil.iter_modules(root.__path__):
+        module = importlib.import_module(f"{package}.{info.name}")
+        for name, function in inspect.getmembers(module, inspect.isfunction):
+            tool_class = getattr(function, _MARK, None)
+            if tool_class is not None:
+                specs.append(ToolSpec(f"{info.name}.{name}", tool_class, False,
+                                      inspect.getdoc(function) or "", parameters_schema(function),
+                                      function))
+    return specs
+
+
+# Harness tools, run inside the worker and never metered. Their behaviour belongs to the agent
+# loop; the catalog only needs their names and classes so agents can list them.
+LOCAL_TOOLS = (
+    ("update_plan", "write", "Record the plan: steps with title and status."),
+    ("task_complete", "write", "Declare the task complete."),
+    ("read_file", "read", "Read a stored tool result by its file reference."),
+    ("query_file", "read", "Run SQL over a stored tool result, seen as a table named result."),
+)
+
+
+def catalog() -> list[ToolSpec]:
+    local = [ToolSpec(key, cls, True, text, {}) for key, cls, text in LOCAL_TOOLS]  # type: ignore[arg-type]
+    return sorted(local + vendor_tools(), key=lambda spec: spec.key)

@@ -1,0 +1,1 @@
+"""Vendor packages: each subpackage is a vendor, each @tool function in it a tool."""

@@ -43,7 +43,9 @@ from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.dispatcher import dispatch_due
+from scheduler.dispatcher import _due, batch_params, dispatch_due  # _due: --explain builds batches exactly as dispatch_once does
+from scheduler.planner import CronCache, plan_fire
+from sql import QUERIES
 from sql.db import open_pool
 from sql.embedded import start_embedded
 from sql.ids import new_id
@@ -295,6 +297,30 @@ async def _measure_one(pool: AsyncConnectionPool, admin: psycopg.Connection, kin
     return elapsed_ms
 
 
+# --- where the time goes (--explain) -----------------------------------------------------
+
+def explain_first_batch(url: str, due_ids: list[UUID], batch: int) -> None:
+    """Print EXPLAIN ANALYZE of the tick's two statements for its first batch, built by the same
+    functions dispatch_once uses, then roll back: the plans show which joins grow with the table."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        reset(admin, due_ids)
+    with psycopg.connect(url, row_factory=psycopg.rows.dict_row) as conn:
+        claim = {"now": T, "limit": batch}
+        _print_plan(conn, "claim_due_schedules", QUERIES["claim_due_schedules"], claim)
+        rows = conn.execute(QUERIES["claim_due_schedules"], claim).fetchall()
+        cache = CronCache()
+        plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=MISSED_LIMIT) for row in rows]
+        _print_plan(conn, "record_tick_batch", QUERIES["record_tick_batch"], batch_params(plans))
+        conn.rollback()
+
+
+def _print_plan(conn: psycopg.Connection, name: str, query: str, params: dict) -> None:
+    rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + query, params).fetchall()
+    say(f"--- EXPLAIN ANALYZE {name}")
+    for row in rows:
+        say("    " + row["QUERY PLAN"])
+
+
 # --- reporting ------------------------------------------------------------------------------
 
 def summarize(label: str, timings: dict[tuple[str, int], list[float]]) -> dict[str, float]:
@@ -340,6 +366,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--due", type=int, default=10_000, help="schedules due at the tick")
     parser.add_argument("--repeat", type=int, default=5, help="measurements of each kind")
     parser.add_argument("--agents", type=int, default=1_000, help="agents (at least)")
+    parser.add_argument("--explain", action="store_true",
+                        help="also print EXPLAIN ANALYZE of the first tick batch per data set")
     args = parser.parse_args()
     if not 0 < args.due <= args.schedules // 10:
         parser.error("--due must be positive and at most a tenth of --schedules "
@@ -349,10 +377,12 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def bench_one(url: str, label: str, schedules: int, due: int, agents: int, repeat: int
-              ) -> dict[str, float]:
+def bench_one(url: str, label: str, schedules: int, due: int, agents: int,
+              args: argparse.Namespace) -> dict[str, float]:
     due_ids = load_dataset(url, schedules, due, agents)
-    timings = asyncio.run(measure_dataset(url, label, due_ids, repeat))
+    if args.explain:
+        explain_first_batch(url, due_ids, HEADLINE_BATCH)
+    timings = asyncio.run(measure_dataset(url, label, due_ids, args.repeat))
     return summarize(label, timings)
 
 
@@ -366,9 +396,9 @@ def main() -> None:
         describe_server(url)
         migrate(url)
         agents = agent_count(args.schedules, args.due, args.agents)
-        big = bench_one(url, f"{args.schedules:,}", args.schedules, args.due, agents, args.repeat)
+        big = bench_one(url, f"{args.schedules:,}", args.schedules, args.due, agents, args)
         little = bench_one(url, f"{small:,}", small, args.due,
-                           agent_count(small, args.due, args.agents), args.repeat)
+                           agent_count(small, args.due, args.agents), args)
     growth = big[f"tick_{HEADLINE_BATCH}"] / little[f"tick_{HEADLINE_BATCH}"]
     say(f"tick with {args.schedules:,} vs {small:,} schedules (same {args.due:,} due): "
         f"{growth:.2f}x")

@@ -15,7 +15,7 @@ from croniter import CroniterBadDateError, croniter
 
 from sql.errors import InvalidInput
 
-_FIELD = re.compile(r"^[0-9A-Za-z*,/\-]+$")
+_FIELD = re.compile(r"[0-9A-Za-z*,/\-]+")
 _ZONE_PREFIX = re.compile(r"^\s*(CRON_TZ|TZ)\s*=", re.IGNORECASE)
 _FIELD_NAMES = ("minute", "hour", "day of month", "month", "day of week")
 # A cron that cannot fire within this many years is refused: it would sit due-never forever.
@@ -45,7 +45,7 @@ def validate_cron(expression: object) -> str:
         raise invalid_cron(f"expected 5 fields separated by single spaces (minute hour "
                            f"day-of-month month day-of-week), got {expression[:60]!r}")
     for name, field in zip(_FIELD_NAMES, fields):
-        if not _FIELD.match(field):
+        if not _FIELD.fullmatch(field):  # fullmatch: "$" would let a trailing newline in
             raise invalid_cron(f"the {name} field {field[:20]!r} has characters a cron field "
                                "cannot have (allowed: digits, names, * , / -)")
     if not croniter.is_valid(expression):

@@ -18,6 +18,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from sql.migrate import migrate
+from worker.tools.publish import publish_catalog
 
 os.environ.setdefault("TICKWORK_TEST_MODE", "1")
 
@@ -55,6 +56,7 @@ def template_db(pg_server_url):
     admin_execute(pg_server_url, f"DROP DATABASE IF EXISTS {name}")
     admin_execute(pg_server_url, f"CREATE DATABASE {name}")
     migrate(database_url(pg_server_url, name))
+    publish_catalog(database_url(pg_server_url, name))
     yield name
     admin_execute(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
@@ -79,3 +81,35 @@ async def pool(db_url):
     pool = await open_pool(db_url, application_name="tickwork-test", max_size=8)
     yield pool
     await pool.close()
+
+
+@pytest.fixture
+def settings():
+    from scheduler.settings import SchedulerSettings
+
+    return SchedulerSettings(test_mode=True)
+
+
+@pytest.fixture
+async def tokens(pool):
+    """Tokens of two tenants, acme (admin) and globex (not admin)."""
+    from scheduler.tokens import create_token
+
+    async with pool.connection() as conn:
+        return {"acme": await create_token(conn, tenant="acme", admin=True),
+                "globex": await create_token(conn, tenant="globex", admin=False)}
+
+
+@pytest.fixture
+async def api(pool, settings, tokens):
+    """An HTTP client of the real app (in-process ASGI), authenticated as tenant acme."""
+    import httpx
+
+    from scheduler.api.app import create_app
+
+    app = create_app(settings, pool=pool)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://tickwork.test",
+                                 headers={"Authorization": f"Bearer {tokens['acme']}"}) as client:
+        client.tokens = tokens
+        yield client

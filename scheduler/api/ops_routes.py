@@ -8,7 +8,9 @@ from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from scheduler.api.deps import Session, admin_session, pool_of, session, settings_of
+from scheduler.api.deps import (Session, admin_principal, pool_of, principal_only, session,
+                                settings_of)
+from scheduler.tokens import Principal
 from scheduler.models import TickIn
 from scheduler.serialize import parse_utc
 from scheduler.tick import run_tick
@@ -31,13 +33,13 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics")
-async def metrics(_: Session = Depends(session)) -> Response:
+async def metrics(_: Principal = Depends(principal_only)) -> Response:
     return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.post("/v1/tick")
 async def tick(request: Request, body: Annotated[TickIn | None, Body()] = None,
-               _: Session = Depends(admin_session)) -> dict:
+               _: Principal = Depends(admin_principal)) -> dict:
     """Run one tick now (for deployments driven by an external cron). Always 200: the outcome,
     failed or not, is in the body; the tick itself is never retried."""
     settings = settings_of(request)

@@ -11,9 +11,10 @@ import psycopg
 from sql.ids import new_id
 
 
-def make_tenant(conn: psycopg.Connection, name: str = "acme") -> UUID:
+def make_tenant(conn: psycopg.Connection, name: str | None = None) -> UUID:
     tenant_id = new_id()
-    conn.execute("INSERT INTO tenants (id, name) VALUES (%s, %s)", (tenant_id, name))
+    conn.execute("INSERT INTO tenants (id, name) VALUES (%s, %s)",
+                  (tenant_id, name or f"tenant-{tenant_id.hex[-12:]}"))
     return tenant_id
 
 

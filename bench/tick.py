@@ -1,6 +1,7 @@
 """Benchmark of the minute tick: the real ``dispatch_due`` against a bare claim-and-advance floor.
 
 Run from the repo root:  .venv/bin/python bench/tick.py  [--schedules N] [--due N] [--repeat N]
+                         [--explain] [--after-checkpoint]
 
 The database is TICKWORK_DATABASE_URL when set (a scratch database ``tickwork_bench_tick`` is
 created on that server and dropped at the end), else an embedded Postgres in a fresh /tmp folder.
@@ -12,6 +13,11 @@ floor are measured alternately, ``--repeat`` times per batch size, from the same
          executions + queue tasks, advance next_run, one transaction per batch.
 - floor: the least any SKIP LOCKED dispatcher must do -- the same due scan with FOR UPDATE SKIP
          LOCKED and an UPDATE of next_run on the claimed ids, one transaction per batch.
+
+Each run is verified (every due row handled; for the tick one execution and one queue task each)
+and reports its wall time and the WAL it wrote. Between runs the due rows are put back, what the
+run wrote is deleted, and the tables are vacuumed. ``--explain`` prints EXPLAIN ANALYZE of the
+tick's first batch; ``--after-checkpoint`` makes every run pay full-page writes.
 
 Readable lines go to stdout as it runs; the very last line is one JSON object with the figures.
 """
@@ -43,7 +49,8 @@ from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.dispatcher import _due, batch_params, dispatch_due  # _due: --explain builds batches exactly as dispatch_once does
+# _due and batch_params: --explain builds a batch's parameters exactly as dispatch_once does.
+from scheduler.dispatcher import _due, batch_params, dispatch_due
 from scheduler.planner import CronCache, plan_fire
 from sql import QUERIES
 from sql.db import open_pool
@@ -196,15 +203,23 @@ def load_dataset(url: str, schedules: int, due: int, agents: int) -> list[UUID]:
 
 # --- reset and verification -------------------------------------------------------------------
 
-def reset(conn: psycopg.Connection, due_ids: list[UUID]) -> None:
+def reset(conn: psycopg.Connection, due_ids: list[UUID], *, checkpoint_last: bool) -> None:
     """Put the due rows back to due and remove what the last run wrote, then clean up after it,
-    so every measurement starts from the same state (no dead tuples, fresh statistics)."""
+    so every measurement starts from the same state (no dead tuples, fresh statistics).
+
+    A checkpoint comes first, so none (timed or forced by WAL volume) lands inside the run; the
+    reset's own writes then log the full-page images of the pages the run will touch. With
+    ``checkpoint_last`` it comes last instead: the run pays those full-page writes itself, as a
+    tick right after a checkpoint does (the worst case; both tick and floor pay them)."""
+    if not checkpoint_last:
+        _checkpoint(conn)
     conn.execute("UPDATE schedules SET next_run = %s, last_run = NULL WHERE id = ANY(%s)",
                  (T, due_ids))
     for table in ("executions", "queue_tasks", "skipped_fires"):
         conn.execute(pgsql.SQL("DELETE FROM {}").format(pgsql.Identifier(table)))
     conn.execute("VACUUM ANALYZE schedules, executions, queue_tasks, skipped_fires")
-    _checkpoint(conn)  # else a checkpoint started by the previous run's WAL lands in the next one
+    if checkpoint_last:
+        _checkpoint(conn)
 
 
 def _checkpoint(conn: psycopg.Connection) -> None:
@@ -267,34 +282,41 @@ RUNNERS: dict[str, Callable[[AsyncConnectionPool, int], Awaitable[int]]] = {
     "tick": run_tick, "floor": run_floor}
 
 
-async def measure_dataset(url: str, label: str, due_ids: list[UUID], repeat: int
-                          ) -> dict[tuple[str, int], list[float]]:
-    """Time tick and floor ``repeat`` times per batch size, alternating which goes first."""
-    timings: dict[tuple[str, int], list[float]] = defaultdict(list)
+Timings = dict[tuple[str, int], list[tuple[float, float]]]  # (kind, batch) -> [(ms, WAL MB)]
+
+
+async def measure_dataset(url: str, label: str, due_ids: list[UUID], args: argparse.Namespace
+                          ) -> Timings:
+    """Time tick and floor ``repeat`` times per batch size, alternating which goes first so that
+    drift on a noisy machine lands on both."""
+    timings: Timings = defaultdict(list)
     pool = await open_pool(url, application_name="tickwork-bench-tick", min_size=1, max_size=2)
     try:
         with psycopg.connect(url, autocommit=True) as admin:
-            for rep in range(repeat):
+            for rep in range(args.repeat):
                 order = ("tick", "floor") if rep % 2 == 0 else ("floor", "tick")
                 for batch in BATCH_SIZES:
                     for kind in order:
-                        ms = await _measure_one(pool, admin, kind, batch, len(due_ids), due_ids)
-                        timings[(kind, batch)].append(ms)
-                        say(f"  {label}  rep {rep + 1}/{repeat}  {kind:<5}  batch {batch:>5}: "
-                            f"{ms:8.1f} ms")
+                        reset(admin, due_ids, checkpoint_last=args.after_checkpoint)
+                        ms, wal_mb = await _measure_one(pool, admin, kind, batch, len(due_ids))
+                        timings[(kind, batch)].append((ms, wal_mb))
+                        say(f"  {label}  rep {rep + 1}/{args.repeat}  {kind:<5}  batch {batch:>5}:"
+                            f" {ms:8.1f} ms  {wal_mb:6.1f} MB WAL")
     finally:
         await pool.close()
     return timings
 
 
 async def _measure_one(pool: AsyncConnectionPool, admin: psycopg.Connection, kind: str,
-                       batch: int, due: int, due_ids: list[UUID]) -> float:
-    reset(admin, due_ids)
+                       batch: int, due: int) -> tuple[float, float]:
+    """Wall time of one run and the WAL it wrote (full-page images show up here)."""
+    lsn_before = admin.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
     started = time.perf_counter()
     handled = await RUNNERS[kind](pool, batch)
     elapsed_ms = (time.perf_counter() - started) * 1000
+    wal = admin.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn_before,)).fetchone()[0]
     verify(admin, kind, due, handled)
-    return elapsed_ms
+    return elapsed_ms, float(wal) / 1e6
 
 
 # --- where the time goes (--explain) -----------------------------------------------------
@@ -303,7 +325,7 @@ def explain_first_batch(url: str, due_ids: list[UUID], batch: int) -> None:
     """Print EXPLAIN ANALYZE of the tick's two statements for its first batch, built by the same
     functions dispatch_once uses, then roll back: the plans show which joins grow with the table."""
     with psycopg.connect(url, autocommit=True) as admin:
-        reset(admin, due_ids)
+        reset(admin, due_ids, checkpoint_last=False)
     with psycopg.connect(url, row_factory=psycopg.rows.dict_row) as conn:
         claim = {"now": T, "limit": batch}
         _print_plan(conn, "claim_due_schedules", QUERIES["claim_due_schedules"], claim)
@@ -323,19 +345,20 @@ def _print_plan(conn: psycopg.Connection, name: str, query: str, params: dict) -
 
 # --- reporting ------------------------------------------------------------------------------
 
-def summarize(label: str, timings: dict[tuple[str, int], list[float]]) -> dict[str, float]:
+def summarize(label: str, timings: Timings) -> dict[str, float]:
     """Median and min per (kind, batch); prints one line per batch size."""
     figures: dict[str, float] = {}
     for batch in BATCH_SIZES:
-        tick, floor = timings[("tick", batch)], timings[("floor", batch)]
-        figures[f"tick_{batch}"] = round(statistics.median(tick), 1)
-        figures[f"tick_min_{batch}"] = round(min(tick), 1)
-        figures[f"floor_{batch}"] = round(statistics.median(floor), 1)
-        figures[f"floor_min_{batch}"] = round(min(floor), 1)
+        for kind in ("tick", "floor"):
+            runs = timings[(kind, batch)]
+            figures[f"{kind}_{batch}"] = round(statistics.median(ms for ms, _ in runs), 1)
+            figures[f"{kind}_min_{batch}"] = round(min(ms for ms, _ in runs), 1)
+            figures[f"{kind}_wal_mb_{batch}"] = round(statistics.median(mb for _, mb in runs), 1)
         figures[f"ratio_{batch}"] = round(figures[f"tick_{batch}"] / figures[f"floor_{batch}"], 2)
         say(f"{label} batch {batch}: tick median {figures[f'tick_{batch}']} ms "
-            f"(min {figures[f'tick_min_{batch}']}), floor median {figures[f'floor_{batch}']} ms "
-            f"(min {figures[f'floor_min_{batch}']}), tick/floor {figures[f'ratio_{batch}']}x")
+            f"(min {figures[f'tick_min_{batch}']}, {figures[f'tick_wal_mb_{batch}']} MB WAL), "
+            f"floor median {figures[f'floor_{batch}']} ms (min {figures[f'floor_min_{batch}']}, "
+            f"{figures[f'floor_wal_mb_{batch}']} MB WAL), tick/floor {figures[f'ratio_{batch}']}x")
     return figures
 
 
@@ -351,8 +374,9 @@ def final_json(args: argparse.Namespace, small: int, big: dict[str, float],
         "floor_growth_1m_vs_100k": round(big[f"floor_{b}"] / little[f"floor_{b}"], 2),
         "tick_ms_batch5000": big["tick_5000"], "floor_ms_batch5000": big["floor_5000"],
         "ratio_batch5000": big["ratio_5000"],
+        "tick_wal_mb": big[f"tick_wal_mb_{b}"], "floor_wal_mb": big[f"floor_wal_mb_{b}"],
         "due": args.due, "schedules": args.schedules, "schedules_small": small,
-        "batch": b, "repeat": args.repeat,
+        "batch": b, "repeat": args.repeat, "after_checkpoint": args.after_checkpoint,
         "server": "url" if os.environ.get("TICKWORK_DATABASE_URL") else "embedded",
     }
 
@@ -366,6 +390,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--due", type=int, default=10_000, help="schedules due at the tick")
     parser.add_argument("--repeat", type=int, default=5, help="measurements of each kind")
     parser.add_argument("--agents", type=int, default=1_000, help="agents (at least)")
+    parser.add_argument("--after-checkpoint", action="store_true",
+                        help="checkpoint right before each run, so runs pay full-page writes")
     parser.add_argument("--explain", action="store_true",
                         help="also print EXPLAIN ANALYZE of the first tick batch per data set")
     args = parser.parse_args()
@@ -382,7 +408,7 @@ def bench_one(url: str, label: str, schedules: int, due: int, agents: int,
     due_ids = load_dataset(url, schedules, due, agents)
     if args.explain:
         explain_first_batch(url, due_ids, HEADLINE_BATCH)
-    timings = asyncio.run(measure_dataset(url, label, due_ids, args.repeat))
+    timings = asyncio.run(measure_dataset(url, label, due_ids, args))
     return summarize(label, timings)
 
 

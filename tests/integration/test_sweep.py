@@ -1,0 +1,118 @@
+"""The stale sweep: the only place a retry is minted, fenced against late workers."""
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+
+from scheduler.sweep import sweep_once, sweep_stale
+from scheduler.tick import run_tick
+from sql.db import connect
+from tests.integration.factories import count, make_agent, make_schedules, make_tenant
+
+UTC = timezone.utc
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+
+async def running_executions(db_url, pool, settings, n: int, *, max_attempts: int = 3,
+                             attempt: int = 1) -> datetime:
+    """n executions fired at T0 and marked running as a worker would; returns their deadline."""
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        for i in range(n):
+            agent = make_agent(conn, tenant, name=f"agent-{i}")
+            make_schedules(conn, tenant, agent, [("* * * * *", T0)], max_attempts=max_attempts,
+                           timeout_minutes=1)
+    await run_tick(pool, settings, now=T0)
+    deadline = T0 + timedelta(minutes=1, seconds=5)
+    with psycopg.connect(db_url) as conn:
+        conn.execute("INSERT INTO run_events (execution_id, seq, type) SELECT id, 1, 'run_start'"
+                     " FROM executions")
+        conn.execute("UPDATE executions SET status = 'running', attempt = %s, started_at = %s,"
+                     " deadline = %s", (attempt, T0 + timedelta(seconds=5), deadline))
+        conn.execute("DELETE FROM queue_tasks")
+    return deadline
+
+
+def rows(db_url: str, sql: str, params: tuple = ()) -> list:
+    with psycopg.connect(db_url) as conn:
+        return conn.execute(sql, params).fetchall()
+
+
+async def test_a_sweep_one_second_before_the_deadline_touches_nothing(db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 3)
+    result = await sweep_stale(pool, now=deadline - timedelta(seconds=1), batch_size=10)
+    assert (result.failed, result.retried) == (0, 0)
+    assert rows(db_url, "SELECT DISTINCT status FROM executions") == [("running",)]
+
+
+async def test_a_timed_out_run_fails_and_gets_exactly_one_retry_with_a_new_id(db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 1)
+    result = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
+    assert (result.failed, result.retried) == (1, 1)
+    [(old_id, status, outcome, reason)] = rows(
+        db_url, "SELECT id, status, outcome, reason FROM executions WHERE retry_of IS NULL")
+    assert (status, outcome) == ("failed", "timed_out") and reason.startswith("timed_out")
+    [(new_id, attempt, new_status, scheduled_for)] = rows(
+        db_url, "SELECT id, attempt, status, scheduled_for FROM executions WHERE retry_of = %s",
+        (old_id,))
+    assert new_id != old_id and attempt == 2 and new_status == "queued" and scheduled_for == T0
+    assert rows(db_url, "SELECT name FROM queue_tasks") == [(str(new_id),)]
+    events = rows(db_url, "SELECT seq, parent_seq, type, payload->>'by' FROM run_events"
+                          " WHERE execution_id = %s ORDER BY seq", (old_id,))
+    assert events == [(1, None, "run_start", None), (2, 1, "run_complete", "sweep")]
+
+
+async def test_no_retry_is_minted_once_attempts_are_spent(db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 2, max_attempts=3, attempt=3)
+    result = await sweep_stale(pool, now=deadline + timedelta(minutes=1), batch_size=10)
+    assert (result.failed, result.retried) == (2, 0)
+    assert rows(db_url, "SELECT count(*) FROM queue_tasks") == [(0,)]
+
+
+async def test_two_sweepers_racing_mint_one_retry_per_timed_out_run(db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 60)
+    later = deadline + timedelta(seconds=30)
+
+    async def drain(name: str) -> list:
+        conn = await connect(db_url, application_name=f"tickwork-test-{name}")
+        results = []
+        while not results or results[-1].failed:
+            results.append(await sweep_once(conn, now=later, limit=7))
+        await conn.close()
+        return results
+
+    a, b = await asyncio.gather(drain("a"), drain("b"))
+    assert sum(r.failed for r in a + b) == 60 and sum(r.retried for r in a + b) == 60
+    assert rows(db_url, "SELECT count(*) FROM executions WHERE retry_of IS NOT NULL") == [(60,)]
+    assert rows(db_url, "SELECT count(*) FROM run_events WHERE type = 'run_complete'") == [(60,)]
+
+
+async def test_a_late_worker_cannot_overwrite_the_sweeps_verdict(db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 1)
+    await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
+    with psycopg.connect(db_url) as conn:
+        guarded = conn.execute("UPDATE executions SET status = 'completed', outcome = 'done'"
+                               " WHERE retry_of IS NULL AND status = 'running'").rowcount
+        assert guarded == 0
+    with psycopg.connect(db_url) as conn, pytest.raises(psycopg.errors.CheckViolation) as refused:
+        conn.execute("UPDATE executions SET status = 'completed' WHERE retry_of IS NULL")
+    assert refused.value.diag.constraint_name == "executions_terminal_is_final"
+    assert rows(db_url, "SELECT status, outcome FROM executions WHERE retry_of IS NULL") == [
+        ("failed", "timed_out")]
+
+
+async def test_a_run_suspended_for_approval_is_never_swept(db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 1)
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE executions SET status = 'completed', breadcrumb = 'suspended'")
+    result = await sweep_stale(pool, now=deadline + timedelta(minutes=16), batch_size=10)
+    assert result.failed == 0
+    assert rows(db_url, "SELECT status, breadcrumb FROM executions") == [("completed", "suspended")]
+
+
+async def test_the_tick_runs_the_sweep(db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 4)
+    outcome = await run_tick(pool, settings, now=deadline + timedelta(seconds=1))
+    assert outcome.ok and outcome.sweep.failed == 4 and outcome.sweep.retried == 4

@@ -79,7 +79,8 @@ FLOOR_CLAIM = """SELECT id FROM schedules
                   WHERE status = 'active' AND next_run <= %(now)s
                   ORDER BY next_run LIMIT %(limit)s
                     FOR UPDATE SKIP LOCKED"""
-FLOOR_ADVANCE = "UPDATE schedules SET next_run = next_run + interval '1 day' WHERE id = ANY(%(ids)s)"
+FLOOR_ADVANCE = """UPDATE schedules SET next_run = next_run + interval '1 day'
+                    WHERE id = ANY(%(ids)s)"""
 
 
 def say(message: str) -> None:
@@ -130,8 +131,9 @@ def _redacted(url: str) -> str:
 def describe_server(url: str) -> None:
     with psycopg.connect(url) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
-        settings = {name: conn.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name))).fetchone()[0]
-                    for name in ("shared_buffers", "synchronous_commit", "work_mem", "max_wal_size")}
+        names = ("shared_buffers", "synchronous_commit", "work_mem", "max_wal_size")
+        settings = {name: conn.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name)))
+                    .fetchone()[0] for name in names}
     say(f"postgres {version}; " + ", ".join(f"{k}={v}" for k, v in settings.items()))
 
 
@@ -157,7 +159,8 @@ def schedule_spec(index: int, due: int, agents: int) -> tuple[int, str, datetime
 def load(conn: psycopg.Connection, schedules: int, due: int, agents: int) -> list[UUID]:
     """Replace all data with one tenant, ``agents`` agents and ``schedules`` schedules; return
     the ids of the due ones."""
-    conn.execute("TRUNCATE tenants, agents, schedules, executions, queue_tasks, skipped_fires CASCADE")
+    conn.execute("TRUNCATE tenants, agents, schedules, executions, queue_tasks, skipped_fires"
+                 " CASCADE")
     tenant_id = new_id()
     conn.execute("INSERT INTO tenants (id, name) VALUES (%s, 'bench')", (tenant_id,))
     agent_ids = [new_id() for _ in range(agents)]
@@ -314,7 +317,8 @@ async def _measure_one(pool: AsyncConnectionPool, admin: psycopg.Connection, kin
     started = time.perf_counter()
     handled = await RUNNERS[kind](pool, batch)
     elapsed_ms = (time.perf_counter() - started) * 1000
-    wal = admin.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)", (lsn_before,)).fetchone()[0]
+    wal = admin.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)",
+                        (lsn_before,)).fetchone()[0]
     verify(admin, kind, due, handled)
     return elapsed_ms, float(wal) / 1e6
 
@@ -331,7 +335,8 @@ def explain_first_batch(url: str, due_ids: list[UUID], batch: int) -> None:
         _print_plan(conn, "claim_due_schedules", QUERIES["claim_due_schedules"], claim)
         rows = conn.execute(QUERIES["claim_due_schedules"], claim).fetchall()
         cache = CronCache()
-        plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=MISSED_LIMIT) for row in rows]
+        plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=MISSED_LIMIT)
+                 for row in rows]
         _print_plan(conn, "record_tick_batch", QUERIES["record_tick_batch"], batch_params(plans))
         conn.rollback()
 

@@ -116,3 +116,7 @@ def up(port: int = 8080, host: str = "127.0.0.1") -> None:
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

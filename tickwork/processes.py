@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from datetime import datetime
 
@@ -44,12 +45,24 @@ async def serve_scheduler(url: str, settings: SchedulerSettings) -> None:
     log.info("scheduler_stopped")
 
 
+class _QuietExitServer(uvicorn.Server):
+    """uvicorn re-raises a captured SIGINT/SIGTERM after shutting down, which turns a clean
+    stop into exit status 130/143. We stop on those signals ourselves and exit 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        yield
+
+
 async def serve_api(url: str, settings: SchedulerSettings, host: str, port: int,
                     *, with_scheduler: bool = False) -> None:
     pool = await open_pool(url, application_name="tickwork-api")
     app = create_app(settings, pool=pool)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                           access_log=False))
+    server = _QuietExitServer(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                             access_log=False))
     jobs = start_minute_tick(pool, settings) if with_scheduler else None
     try:
         await server.serve()  # returns on SIGINT/SIGTERM

@@ -35,14 +35,14 @@ class DispatchResult:
 
 
 async def dispatch_once(conn: AsyncConnection, *, now: datetime | None, limit: int,
-                        missed_limit: int) -> DispatchResult:
+                        missed_limit: int, cache: CronCache | None = None) -> DispatchResult:
     """Claim one batch of due schedules and fire them, in one transaction."""
     async with conn.transaction():
         cursor = await conn.execute(QUERIES["claim_due_schedules"], {"now": now, "limit": limit})
         rows = await cursor.fetchall()
         if not rows:
             return DispatchResult(batches=1)
-        cache = CronCache()
+        cache = cache or CronCache()
         plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=missed_limit)
                  for row in rows]
         cursor = await conn.execute(QUERIES["record_tick_batch"], batch_params(plans))
@@ -58,10 +58,11 @@ async def dispatch_due(pool: AsyncConnectionPool, *, now: datetime | None, batch
                        missed_limit: int) -> DispatchResult:
     """Dispatch batches until a batch comes back short: everything due is then handled."""
     total = DispatchResult()
+    cache = CronCache()  # keyed by tick time too, so it stays right across batches
     while True:
         async with pool.connection() as conn:
             batch = await dispatch_once(conn, now=now, limit=batch_size,
-                                        missed_limit=missed_limit)
+                                        missed_limit=missed_limit, cache=cache)
         total.add(batch)
         if batch.claimed < batch_size:
             return total

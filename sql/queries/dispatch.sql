@@ -25,9 +25,9 @@ SELECT s.id, s.tenant_id, s.agent_id, s.cron, s.next_run, s.overlap,
 -- NOTIFY workers (delivered at commit). ON CONFLICT on the one-per-fire index turns a racing
 -- writer into a no-op instead of a duplicate.
 WITH plan AS (
-    SELECT * FROM unnest(%(schedule_ids)s::uuid[], %(next_runs)s::timestamptz[],
-                         %(fire_ats)s::timestamptz[], %(execution_ids)s::uuid[],
-                         %(fires)s::integer[])
+    SELECT * FROM unnest(%(schedule_ids)b::uuid[], %(next_runs)b::timestamptz[],
+                         %(fire_ats)b::timestamptz[], %(execution_ids)b::uuid[],
+                         %(fires)b::integer[])
              AS p(schedule_id, next_run, fire_at, execution_id, fires)
 ), advanced AS (
     UPDATE schedules s
@@ -36,6 +36,9 @@ WITH plan AS (
            updated_at = now()
       FROM plan p
      WHERE s.id = p.schedule_id
+       -- The ANY() lets the planner use the primary key; a bare join to the unnest() can
+       -- choose a hash join over the whole table, which grows with schedules that are not due.
+       AND s.id = ANY (%(schedule_ids)b::uuid[])
 ), inserted AS (
     INSERT INTO executions (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
                             scheduled_for, fires, max_attempts, timeout_minutes, input)
@@ -43,6 +46,7 @@ WITH plan AS (
            p.fire_at, p.fires, s.max_attempts, s.timeout_minutes, s.input
       FROM plan p JOIN schedules s ON s.id = p.schedule_id
      WHERE p.fire_at IS NOT NULL
+       AND s.id = ANY (%(schedule_ids)b::uuid[])
     ON CONFLICT (schedule_id, scheduled_for) WHERE retry_of IS NULL AND trigger_source = 'cron'
     DO NOTHING
     RETURNING id
@@ -57,7 +61,7 @@ WITH plan AS (
       FROM unnest(%(skip_schedule_ids)s::uuid[], %(skip_times)s::timestamptz[],
                   %(skip_reasons)s::text[], %(skip_execution_ids)s::uuid[])
            AS k(schedule_id, scheduled_for, reason, execution_id)
-      JOIN schedules s ON s.id = k.schedule_id
+      JOIN schedules s ON s.id = k.schedule_id AND s.id = ANY (%(schedule_ids)b::uuid[])
     ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
     RETURNING 1
 ), notified AS (

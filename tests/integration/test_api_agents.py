@@ -8,6 +8,7 @@ fingerprint of every table in the public schema (row count and content hash).
 from __future__ import annotations
 
 import re
+from datetime import datetime, timezone
 from uuid import UUID
 
 import psycopg
@@ -62,6 +63,11 @@ def every_response_is_well_formed(api):
             assert isinstance(message, str) and len(message) >= 10 and " " in message, body
 
     api.event_hooks["response"].append(check)
+
+
+def parse_z(text: str) -> datetime:
+    assert RFC3339_Z.match(text), text
+    return datetime.fromisoformat(text[:-1]).replace(tzinfo=timezone.utc)
 
 
 async def make_agent(api, name: str = "reporter", **fields) -> dict:
@@ -182,7 +188,7 @@ async def test_put_replaces_the_whole_definition_and_keeps_id_and_created_at(api
     assert (replaced["name"], replaced["instructions"], replaced["tools"],
             replaced["auto_approve"], replaced["status"]) == (
         "writer", "new", ["demo.send_message"], [], "paused")
-    assert replaced["updated_at"] >= created["updated_at"]
+    assert parse_z(replaced["updated_at"]) >= parse_z(created["updated_at"])
     assert (await api.get(f"/v1/agents/{created['id']}")).json() == replaced
 
 

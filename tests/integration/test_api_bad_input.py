@@ -91,8 +91,8 @@ async def world(pg_server_url, template_db):
     run = (await client.post(f"/v1/agents/{agent['id']}/runs", json={"input": {}})).json()
     manual = (await client.post(f"/v1/schedules/{schedule['id']}/run-now")).json()
     try:
-        yield SimpleNamespace(api=client, db_url=db_url, agent=agent, schedule=schedule,
-                              run=run, manual=manual)
+        yield SimpleNamespace(api=client, db_url=db_url, pool=pool, token=token, agent=agent,
+                              schedule=schedule, run=run, manual=manual)
     finally:
         await client.aclose()
         await pool.close()
@@ -235,6 +235,23 @@ async def test_a_tick_time_in_utc_with_a_z_is_accepted_in_test_mode(world):
 
     assert response.status_code == 200, response.text
     assert response.json()["ok"] is True
+
+
+async def test_a_tick_time_outside_test_mode_is_422_test_mode_only(world):
+    from scheduler.api.app import create_app
+    from scheduler.settings import SchedulerSettings
+
+    production = create_app(SchedulerSettings(test_mode=False), pool=world.pool)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=production),
+                                 base_url="http://tickwork.test",
+                                 headers={"Authorization": f"Bearer {world.token}"},
+                                 event_hooks={"response": [check_response]}) as client:
+        before = await fingerprint(world.db_url)
+        response = await client.post("/v1/tick", json={"at": "2026-03-29T02:30:00Z"})
+
+    assert response.status_code == 422, response.text
+    assert (response.json()["error"], response.json()["field"]) == ("test_mode_only", "at")
+    assert await fingerprint(world.db_url) == before
 
 
 # --- V3: timeouts ------------------------------------------------------------------------------
@@ -588,6 +605,11 @@ async def test_a_nul_in_the_idempotency_key_is_422_not_a_database_error(world, k
                   json={"input": {}}, headers={"Idempotency-Key": key})
 
 
+async def test_an_idempotency_key_longer_than_200_characters_is_422(world):
+    await refused(world, "POST", f"/v1/agents/{world.agent['id']}/runs", 422,
+                  json={"input": {}}, headers={"Idempotency-Key": "k" * 201})
+
+
 async def test_a_hostile_name_filter_finds_nothing_and_changes_nothing(world):
     before = await fingerprint(world.db_url)
     for text in ("x' OR '1'='1", "x'; DROP TABLE executions;--", "' OR 1=1 --", "%", "_", "*",
@@ -647,6 +669,16 @@ async def test_an_unknown_json_field_is_422(world, case):
         body = schedule_body(world, **body)
     url = url.format(agent=world.agent["id"], schedule=world.schedule["id"])
     await refused(world, method, url, 422, json=body)
+
+
+async def test_an_unknown_route_is_a_404_json_error(world):
+    await refused(world, "GET", "/v1/nothing-here", 404)
+    await refused(world, "POST", "/v1/agents/../../v1/tick/../nope", 404, json={})
+
+
+async def test_a_method_a_route_does_not_serve_is_a_405_json_error(world):
+    await refused(world, "PATCH", f"/v1/agents/{world.agent['id']}", 405, json={"name": "x"})
+    await refused(world, "DELETE", "/v1/runs", 405)
 
 
 # --- afterwards --------------------------------------------------------------------------------

@@ -3,16 +3,49 @@ timezone-bearing is refused with the reason (cron is always UTC; the client owns
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr,
+                      model_validator)
 
 from sql.errors import InvalidInput
 
+
+def storable_text(text: str) -> str:
+    """Postgres stores neither NUL nor lone surrogates; refuse them with the field's name."""
+    if "\x00" in text:
+        raise ValueError("text may not contain the NUL character (\\u0000)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("text contains a lone UTF-16 surrogate, which is not valid Unicode")
+    return text
+
+
+def storable_json(value: Any) -> Any:
+    """JSON that Postgres' jsonb can hold: storable text, and only finite numbers (Python's
+    json module lets NaN, Infinity and overflowing numbers such as 1e309 through)."""
+    if isinstance(value, str):
+        storable_text(value)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{value} is not a number JSON can carry; send a finite number")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            storable_text(key)
+            storable_json(item)
+    elif isinstance(value, list):
+        for item in value:
+            storable_json(item)
+    return value
+
+
+Text = Annotated[StrictStr, AfterValidator(storable_text)]
+JsonObject = Annotated[dict[str, Any], AfterValidator(storable_json)]
 TimeoutMinutes = Annotated[StrictInt, Field(ge=1, le=15)]
 MaxAttempts = Annotated[StrictInt, Field(ge=1, le=10)]
-ToolKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+ToolKey = Annotated[Text, Field(min_length=1, max_length=200)]
 _ZONE_KEYS = {"timezone", "tz", "time_zone", "zone"}
 
 
@@ -37,8 +70,8 @@ class RequestBody(BaseModel):
 
 
 class AgentIn(RequestBody):
-    name: Annotated[StrictStr, Field(min_length=1, max_length=200)]
-    instructions: StrictStr = ""
+    name: Annotated[Text, Field(min_length=1, max_length=200)]
+    instructions: Text = ""
     tools: list[ToolKey] = []
     auto_approve: list[ToolKey] = []
     status: Literal["active", "paused", "draft"] = "active"
@@ -72,14 +105,14 @@ class ScheduleIn(RequestBody):
     overlap: Literal["skip", "allow"] = "skip"
     max_attempts: MaxAttempts = 3
     display: DisplayIn | None = None
-    input: dict[str, Any] = {}
+    input: JsonObject = {}
 
 
 class SchedulePatch(RequestBody):
     status: Literal["active", "paused"] | None = None
     timeout_minutes: TimeoutMinutes | None = None
     overlap: Literal["skip", "allow"] | None = None
-    input: dict[str, Any] | None = None
+    input: JsonObject | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -91,9 +124,14 @@ class SchedulePatch(RequestBody):
 
 
 class RunIn(RequestBody):
-    input: dict[str, Any] = {}
+    input: JsonObject = {}
     timeout_minutes: TimeoutMinutes = 5
 
 
+class RunNowIn(RequestBody):
+    """Run-now takes no fields: the run gets the schedule's own input. An empty body or {} is
+    fine; anything else is refused rather than silently ignored."""
+
+
 class TickIn(RequestBody):
-    at: StrictStr | None = None
+    at: Text | None = None

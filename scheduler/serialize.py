@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 from typing import Any, Iterable
 from uuid import UUID
@@ -42,11 +43,14 @@ def parse_utc(text: str, field: str) -> datetime:
     """Accept only RFC 3339 UTC with a trailing Z: an offset or a naive time is refused."""
     from sql.errors import InvalidInput
 
-    if not text.endswith("Z"):
+    if not _RFC3339_UTC.fullmatch(text):
         raise InvalidInput(f"{field} must be an RFC 3339 UTC time ending in Z, e.g. "
                            "2026-03-29T09:00:00Z; offsets and naive times are refused",
                            code="timezone_not_allowed", field=field)
     try:
         return datetime.fromisoformat(text[:-1]).replace(tzinfo=timezone.utc)
     except ValueError:
-        raise InvalidInput(f"{field} {text[:40]!r} is not an RFC 3339 time", field=field)
+        raise InvalidInput(f"{field} {text[:40]!r} is not a real date and time", field=field)
+
+
+_RFC3339_UTC = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?Z", re.ASCII)

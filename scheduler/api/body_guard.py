@@ -1,11 +1,14 @@
-"""Refuse bad bodies before the framework parses them: size, content type, depth, duplicate
-keys, NUL characters and lone surrogates (which Postgres cannot store). Each refusal is a JSON
-error with a sentence; the buffered body is handed on unchanged when it passes."""
+"""Refuse bad requests before the framework parses them: body size, content type, invalid JSON,
+depth, duplicate keys, and NUL characters in query parameters or headers (Postgres cannot
+store them). Values inside a body (text with NUL, NaN, Infinity, numbers too large to store)
+are checked by the request models, which know each field's name. Each refusal is a JSON error with
+a sentence; the buffered body is handed on unchanged when it passes."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import parse_qsl
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -27,28 +30,12 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def _check_value(value: Any, depth: int = 0) -> None:
+def _check_depth(value: Any, depth: int = 0) -> None:
     if depth > MAX_DEPTH:
         raise BodyRefused(400, "too_deep", f"the JSON body nests deeper than {MAX_DEPTH} levels")
-    if isinstance(value, str):
-        _check_text(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_text(key)
-            _check_value(item, depth + 1)
-    elif isinstance(value, list):
-        for item in value:
-            _check_value(item, depth + 1)
-
-
-def _check_text(text: str) -> None:
-    if "\x00" in text:
-        raise BodyRefused(422, "invalid_text", "text may not contain the NUL character (\\u0000)")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BodyRefused(422, "invalid_text", "text contains a lone UTF-16 surrogate, which is "
-                          "not valid Unicode")
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for item in children:
+        _check_depth(item, depth + 1)
 
 
 def check_json(raw: bytes) -> None:
@@ -60,7 +47,20 @@ def check_json(raw: bytes) -> None:
         if isinstance(exc, BodyRefused):
             raise
         raise BodyRefused(400, "invalid_json", f"the body is not valid JSON ({exc})")
-    _check_value(parsed)
+    _check_depth(parsed)
+
+
+def check_query_and_headers(scope: Scope) -> None:
+    """NUL cannot reach Postgres from a query parameter or a header either."""
+    query = scope.get("query_string", b"").decode("latin-1")
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if "\x00" in name or "\x00" in value:
+            raise BodyRefused(422, "invalid_text", f"query parameter {name[:40]!r} contains the "
+                              "NUL character, which cannot be stored")
+    for name, value in scope["headers"]:
+        if b"\x00" in value:
+            raise BodyRefused(422, "invalid_text", f"header {name.decode('latin-1')!r} contains "
+                              "the NUL character")
 
 
 class BodyGuard:
@@ -70,7 +70,15 @@ class BodyGuard:
         self.app, self.max_bytes = app, max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            check_query_and_headers(scope)
+        except BodyRefused as refused:
+            await _send_error(send, refused)
+            return
+        if scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
         try:

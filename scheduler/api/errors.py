@@ -54,6 +54,11 @@ def install_error_handlers(app: FastAPI) -> None:
         translated = translate_error(exc)
         if translated is not None:
             return JSONResponse(translated.as_body(), status_code=translated.http_status)
+        if isinstance(exc, psycopg.DataError) and exc.sqlstate is None:
+            # Refused by the driver before reaching the server (e.g. a NUL character): the
+            # request is at fault, and retrying it will not help.
+            return JSONResponse({"error": "invalid_input",
+                                 "message": f"a value cannot be stored: {exc}"}, status_code=422)
         log.error("database_error", error_type=type(exc).__name__, sqlstate=exc.sqlstate)
         return JSONResponse({"error": "database_unavailable",
                              "message": "the database could not complete the request; try again"},

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from fastapi import APIRouter, Depends
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends
 
 from scheduler.api.agents_routes import IdempotencyKey
 from scheduler.api.deps import Session, session
-from scheduler.models import ScheduleIn, SchedulePatch
+from scheduler.models import RunNowIn, ScheduleIn, SchedulePatch
 from scheduler.pagination import check_limit, decode_cursor, page
 from scheduler.runs import request_hash, run_schedule_now
 from scheduler.schedules import (create_schedule, delete_schedule, get_schedule, patch_schedule,
@@ -49,8 +51,8 @@ async def delete(schedule_id: UUID, s: Session = Depends(session)) -> None:
 
 
 @router.post("/{schedule_id}/run-now", status_code=202)
-async def run_now(schedule_id: UUID, idempotency_key: IdempotencyKey = None,
-                  s: Session = Depends(session)) -> dict:
+async def run_now(schedule_id: UUID, body: Annotated[RunNowIn | None, Body()] = None,
+                  idempotency_key: IdempotencyKey = None, s: Session = Depends(session)) -> dict:
     return await run_schedule_now(s.conn, s.principal, schedule_id,
                                   idempotency_key=idempotency_key,
                                   body_hash=request_hash(f"schedules/{schedule_id}/run-now", None))

@@ -405,7 +405,7 @@ NON_JSON_NUMBERS = {"nan": "NaN", "infinity": "Infinity", "minus_infinity": "-In
 @pytest.mark.parametrize("number", list(NON_JSON_NUMBERS.values()), ids=list(NON_JSON_NUMBERS))
 async def test_a_number_json_cannot_carry_inside_run_input_is_refused(world, number):
     raw = '{"input": {"x": %s}}' % number
-    await refused(world, "POST", f"/v1/agents/{world.agent['id']}/runs", 400, content=raw,
+    await refused(world, "POST", f"/v1/agents/{world.agent['id']}/runs", 422, content=raw,
                   headers={"Content-Type": "application/json"})
 
 
@@ -413,7 +413,7 @@ async def test_a_number_json_cannot_carry_inside_run_input_is_refused(world, num
 async def test_a_number_json_cannot_carry_inside_schedule_input_is_refused(world, number):
     raw = '{"agent_id": "%s", "cron": "0 14 * * *", "input": {"x": %s}}' % (
         world.agent["id"], number)
-    await refused(world, "POST", "/v1/schedules", 400, content=raw,
+    await refused(world, "POST", "/v1/schedules", 422, content=raw,
                   headers={"Content-Type": "application/json"})
 
 

@@ -1,0 +1,56 @@
+"""Retention: finished history older than the horizon goes; anything unfinished stays."""
+
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+
+from scheduler.tick import trim_retention
+from sql.ids import new_id
+from tests.integration.factories import count, make_agent, make_tenant
+
+NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
+
+
+def execution(conn, tenant, agent, *, status, finished_days_ago=None, breadcrumb=None):
+    execution_id = new_id()
+    finished = NOW - timedelta(days=finished_days_ago) if finished_days_ago is not None else None
+    conn.execute("INSERT INTO executions (id, tenant_id, agent_id, trigger_type, trigger_source,"
+                 " scheduled_for, status, breadcrumb, finished_at)"
+                 " VALUES (%s, %s, %s, 'run', 'api', %s, %s, %s, %s)",
+                 (execution_id, tenant, agent, NOW - timedelta(days=40), status, breadcrumb, finished))
+    conn.execute("INSERT INTO run_events (execution_id, seq, type) VALUES (%s, 1, 'run_start')",
+                 (execution_id,))
+    return execution_id
+
+
+async def test_old_finished_runs_are_deleted_with_their_journal_and_the_rest_stay(db_url, pool, settings):
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        old = [execution(conn, tenant, agent, status=s, finished_days_ago=31)
+               for s in ("completed", "failed", "cancelled")]
+        kept = [execution(conn, tenant, agent, status="completed", finished_days_ago=29),
+                execution(conn, tenant, agent, status="running"),
+                execution(conn, tenant, agent, status="queued"),
+                execution(conn, tenant, agent, status="completed", finished_days_ago=60,
+                          breadcrumb="suspended")]
+        conn.execute("INSERT INTO skipped_fires (schedule_id, scheduled_for, tenant_id, reason,"
+                     " recorded_at) VALUES (%s, %s, %s, 'overlap', %s), (%s, %s, %s, 'overlap', %s)",
+                     (new_id(), NOW, tenant, NOW - timedelta(days=31),
+                      new_id(), NOW, tenant, NOW - timedelta(days=1)))
+    deleted = await trim_retention(pool, settings, now=NOW)
+    assert deleted == 3
+    with psycopg.connect(db_url) as conn:
+        remaining = {row[0] for row in conn.execute("SELECT id FROM executions")}
+        assert remaining == set(kept)
+        assert count(conn, "SELECT count(*) FROM run_events WHERE execution_id = ANY(%s)", (old,)) == 0
+        assert count(conn, "SELECT count(*) FROM run_events") == 4
+        assert count(conn, "SELECT count(*) FROM skipped_fires") == 1
+
+
+async def test_retention_zero_keeps_everything(db_url, pool, settings):
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        execution(conn, tenant, make_agent(conn, tenant), status="failed", finished_days_ago=400)
+    settings.retention_days = 0
+    assert await trim_retention(pool, settings, now=NOW) == 0

@@ -35,6 +35,7 @@ AGENT_FIELDS = ("id", "name", "instructions", "tools", "auto_approve", "status",
 SCHEDULE_FIELDS = ("id", "agent_id", "cron", "timeout_minutes", "overlap", "max_attempts",
                    "display", "input", "status", "next_run", "last_run", "created_at",
                    "updated_at")
+EVENT_FIELDS = ("seq", "parent_seq", "type", "payload", "ts")
 HISTORY_FIELDS = ("scheduled_for", "kind", "reason", "execution_id", "status", "outcome",
                   "fires", "attempt", "recorded_at")
 

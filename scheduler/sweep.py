@@ -14,7 +14,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from sql import QUERIES
-from sql.ids import new_id
+from sql.lifecycle import fail_timed_out
 
 
 @dataclass
@@ -28,14 +28,8 @@ async def sweep_once(conn: AsyncConnection, *, now: datetime | None, limit: int)
     async with conn.transaction():
         cursor = await conn.execute(QUERIES["lock_timed_out_executions"],
                                     {"now": now, "limit": limit})
-        rows = await cursor.fetchall()
-        if not rows:
-            return SweepResult()
-        retry_ids = [new_id() if row["attempt"] < row["max_attempts"] else None for row in rows]
-        cursor = await conn.execute(QUERIES["fail_timed_out_executions"], {
-            "ids": [row["id"] for row in rows], "retry_ids": retry_ids, "now": now})
-        counts = await cursor.fetchone()
-    return SweepResult(failed=counts["failed"], retried=counts["retried"])
+        failed, retried = await fail_timed_out(conn, await cursor.fetchall(), now)
+    return SweepResult(failed=failed, retried=retried)
 
 
 async def sweep_stale(pool: AsyncConnectionPool, *, now: datetime | None,

@@ -55,3 +55,8 @@ class Unauthorized(TickworkError):
 class Forbidden(TickworkError):
     code = "forbidden"
     http_status = 403
+
+
+class NotAcceptable(TickworkError):
+    code = "not_acceptable"
+    http_status = 406

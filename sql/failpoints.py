@@ -2,7 +2,8 @@
 
 ``TICKWORK_FAILPOINTS="tick.after_insert_before_commit=exit,claim.x=sleep:200"`` arms points
 in a test process. Actions: ``exit`` (os._exit, a crash: no cleanup, no commit), ``raise``,
-``sleep:MS``. Production never sets TICKWORK_TEST_MODE, so ``hit`` is a dictionary miss.
+``sleep:MS``, ``block:NAME`` (wait until ``release(NAME)`` in the same process). Production
+never sets TICKWORK_TEST_MODE, so ``hit`` is a dictionary miss.
 """
 
 from __future__ import annotations
@@ -26,6 +27,19 @@ def _armed() -> dict[str, str]:
 _ARMED = _armed()
 
 
+def arm(name: str, action: str) -> None:
+    """Arm a failpoint in this process (test mode only; tests in the same process use it)."""
+    if os.environ.get("TICKWORK_TEST_MODE") != "1":
+        raise RuntimeError("failpoints are only available with TICKWORK_TEST_MODE=1")
+    _ARMED[name] = action
+
+
+def disarm_all() -> None:
+    _ARMED.clear()
+    _GATES.clear()
+    _REACHED.clear()
+
+
 async def hit(name: str) -> None:
     """Run the action armed at ``name``, if any."""
     action = _ARMED.get(name)
@@ -37,3 +51,30 @@ async def hit(name: str) -> None:
         raise FailpointError(f"failpoint {name} raised")
     if action.startswith("sleep:"):
         await asyncio.sleep(int(action.split(":", 1)[1]) / 1000)
+    if action.startswith("block:"):
+        gate = action.split(":", 1)[1]
+        _reached(gate).set()
+        await _gate(gate).wait()
+
+
+_GATES: dict[str, asyncio.Event] = {}
+
+
+def _gate(name: str) -> asyncio.Event:
+    return _GATES.setdefault(name, asyncio.Event())
+
+
+def release(name: str) -> None:
+    _gate(name).set()
+
+
+async def wait_reached(name: str) -> None:
+    """Return once some code path waits at (or has passed) a block:NAME failpoint."""
+    await _reached(name).wait()
+
+
+def _reached(name: str) -> asyncio.Event:
+    return _REACHED.setdefault(name, asyncio.Event())
+
+
+_REACHED: dict[str, asyncio.Event] = {}

@@ -67,6 +67,16 @@ def scheduler() -> None:
 
 
 @app.command()
+def worker(concurrency: int = typer.Option(4, min=1, max=256, help="Runs at once.")) -> None:
+    """Run agent runs from the queue (any number side by side)."""
+    from worker.__main__ import serve_worker
+    from worker.settings import WorkerSettings
+
+    configure_logging()
+    asyncio.run(serve_worker(database_url(), WorkerSettings(concurrency=concurrency)))
+
+
+@app.command()
 def tick(at: Optional[str] = typer.Option(None, help="Test mode only: tick as of this UTC time.")
          ) -> None:
     """Run one tick now and print its outcome (for an external cron). Exit 1 if it failed."""
@@ -105,8 +115,8 @@ def token_create(tenant: str = typer.Option(..., help="Tenant name (created if n
 
 @app.command()
 def up(port: int = 8080, host: str = "127.0.0.1") -> None:
-    """Run everything on this machine: migrate, API and scheduler in one process, on an
-    embedded Postgres when TICKWORK_DATABASE_URL is not set."""
+    """Run everything on this machine: migrate, API, scheduler and a worker in one process, on
+    an embedded Postgres when TICKWORK_DATABASE_URL is not set."""
     from tickwork.local import run_up
 
     configure_logging("warning")

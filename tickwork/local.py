@@ -37,7 +37,8 @@ def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str
         typer.echo(f"tickwork is up: API http://{host}:{port}  database {url}")
         typer.echo(f"export TICKWORK_API_URL=http://{host}:{port} TICKWORK_TOKEN={token}",
                    color=False)
-        asyncio.run(serve_api(url, SchedulerSettings(), host, port, with_scheduler=True))
+        asyncio.run(serve_api(url, SchedulerSettings(), host, port, with_scheduler=True,
+                              with_worker=True))
     finally:
         if embedded is not None:
             embedded.stop()

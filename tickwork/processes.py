@@ -58,18 +58,30 @@ class _QuietExitServer(uvicorn.Server):
 
 
 async def serve_api(url: str, settings: SchedulerSettings, host: str, port: int,
-                    *, with_scheduler: bool = False) -> None:
+                    *, with_scheduler: bool = False, with_worker: bool = False) -> None:
     pool = await open_pool(url, application_name="tickwork-api")
     app = create_app(settings, pool=pool)
     server = _QuietExitServer(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                              access_log=False))
     jobs = start_minute_tick(pool, settings) if with_scheduler else None
+    stop_worker = asyncio.Event()
+    worker = asyncio.create_task(_worker(url, stop_worker)) if with_worker else None
     try:
         await server.serve()  # returns on SIGINT/SIGTERM
     finally:
         if jobs is not None:
             jobs.shutdown(wait=False)
+        if worker is not None:
+            stop_worker.set()
+            await worker
         await pool.close()
+
+
+async def _worker(url: str, stop: asyncio.Event) -> None:
+    from worker.__main__ import serve_worker
+    from worker.settings import WorkerSettings
+
+    await serve_worker(url, WorkerSettings(), stop)
 
 
 async def tick_now(url: str, settings: SchedulerSettings, at: datetime | None) -> TickOutcome:

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Depends
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Query, Request
 
 from scheduler.api.deps import Session, session
 from scheduler.pagination import check_limit, decode_cursor, page
 from scheduler.runs import get_run, public_run
+from scheduler.serialize import EVENT_FIELDS, pick
+from sql.errors import NotAcceptable
+from sql.journal import events_after
 from sql import QUERIES
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
@@ -30,3 +34,16 @@ async def list_runs(limit: int = 50, cursor: str | None = None, agent_id: UUID |
 @router.get("/{run_id}")
 async def read(run_id: UUID, s: Session = Depends(session)) -> dict:
     return await get_run(s.conn, s.principal, run_id)
+
+
+@router.get("/{run_id}/events")
+async def events(run_id: UUID, request: Request, after: Annotated[int, Query(ge=0)] = 0,
+                 s: Session = Depends(session)) -> dict:
+    """The run's journal in seq order. (The live Server-Sent Events tail is not built yet;
+    ask for JSON with Accept: application/json.)"""
+    if "application/json" not in request.headers.get("accept", ""):
+        raise NotAcceptable("the live event stream (text/event-stream) is not available yet; "
+                            "send Accept: application/json for the stored journal")
+    await get_run(s.conn, s.principal, run_id)
+    rows = await events_after(s.conn, run_id, after, limit=100_000)
+    return {"items": [pick(row, EVENT_FIELDS) for row in rows]}

@@ -6,13 +6,14 @@ A vendor is a package under ``worker/vendors/``; each function it marks with ``@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import pkgutil
 from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
-from pydantic import create_model
+from pydantic import BaseModel, ConfigDict, create_model
 
 ToolClass = Literal["read", "send", "write", "delete"]
 _MARK = "__tickwork_tool_class__"
@@ -36,14 +37,21 @@ def tool(tool_class: ToolClass) -> Callable[[Callable[..., Any]], Callable[..., 
     return mark
 
 
-def parameters_schema(function: Callable[..., Any]) -> dict[str, Any]:
-    """JSON schema of a tool's arguments from its signature; the first parameter (the run's
-    context) is not an argument the model passes."""
+@functools.cache
+def arguments_model(function: Callable[..., Any]) -> type[BaseModel]:
+    """A pydantic model of a tool's arguments, from its signature; the first parameter (the
+    run's context) is not an argument the model passes. Unknown arguments are refused."""
     fields: dict[str, Any] = {}
     for name, param in list(inspect.signature(function).parameters.items())[1:]:
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[name] = (param.annotation, default)
-    schema = create_model(f"{function.__name__}_arguments", **fields).model_json_schema()
+    return create_model(f"{function.__name__}_arguments", __config__=ConfigDict(extra="forbid"),
+                        **fields)
+
+
+def parameters_schema(function: Callable[..., Any]) -> dict[str, Any]:
+    """JSON schema of a tool's arguments, for the model and the catalog."""
+    schema = arguments_model(function).model_json_schema()
     schema.pop("title", None)
     return schema
 

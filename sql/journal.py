@@ -1,0 +1,113 @@
+"""The run journal's writer and reader.
+
+A run has one writer at a time (the worker holding its run token), which numbers events
+itself: seq 1 is run_start (written with the claim), and every later event takes the next
+number. Events are buffered and appended in small batches, each batch in one short transaction
+that first takes a share lock on the running execution: an append after the sweep's verdict
+finds nothing to lock and writes nothing (the run is fenced), and the sweep's terminal event,
+numbered max(seq) + 1 under its own row lock, always comes last. One NOTIFY per batch wakes
+tails; nothing ever waits on a subscriber.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+from uuid import UUID
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from sql import QUERIES, failpoints
+
+
+def _reconnecting(method):
+    """A leaf retry: while Postgres restarts, keep trying the same append for up to 60 s."""
+    return retry(retry=retry_if_exception_type(psycopg.OperationalError),
+                 wait=wait_exponential(multiplier=0.2, max=3), stop=stop_after_delay(60),
+                 reraise=True)(method)
+
+
+class RunFenced(Exception):
+    """The run is no longer ours to write: the sweep judged it, or it finished elsewhere."""
+
+
+@dataclass
+class PendingEvent:
+    seq: int
+    parent_seq: int | None
+    type: str
+    payload: dict[str, Any]
+
+
+class RunJournal:
+    def __init__(self, pool: AsyncConnectionPool, execution_id: UUID, run_token: UUID, *,
+                 next_seq: int, redact: Callable[[Any], Any]) -> None:
+        self._pool, self.execution_id, self.run_token = pool, execution_id, run_token
+        self._next_seq, self._redact = next_seq, redact
+        self._pending: list[PendingEvent] = []
+
+    def emit(self, type: str, payload: dict[str, Any], parent: int | None = None) -> int:
+        """Buffer an event (secrets redacted before it is ever stored); return its seq."""
+        seq = self._next_seq
+        self._next_seq += 1
+        self._pending.append(PendingEvent(seq, parent, type, self._redact(payload)))
+        return seq
+
+    @_reconnecting
+    async def flush(self) -> None:
+        """Append the buffered events; raise RunFenced if the run is no longer ours."""
+        if not self._pending:
+            return
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                await self._lock(conn)
+                await self._append(conn)
+        self._pending = []
+
+    @_reconnecting
+    async def finish(self, *, status: str, outcome: str | None, reason: str | None = None,
+                     breadcrumb: str | None = None) -> None:
+        """Append what is buffered (the terminal event included) and record the verdict, in one
+        transaction; raise RunFenced if the sweep got there first."""
+        await failpoints.hit("run.before_complete_commit")
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                await self._lock(conn)
+                await self._append(conn)
+                cursor = await conn.execute(QUERIES["finish_execution"], {
+                    "execution_id": self.execution_id, "run_token": self.run_token,
+                    "status": status, "outcome": outcome, "reason": reason,
+                    "breadcrumb": breadcrumb})
+                if await cursor.fetchone() is None:
+                    raise RunFenced(f"execution {self.execution_id} is no longer running")
+        self._pending = []
+
+    async def _lock(self, conn: AsyncConnection) -> None:
+        cursor = await conn.execute(QUERIES["lock_running_execution"], {
+            "execution_id": self.execution_id, "run_token": self.run_token})
+        if await cursor.fetchone() is None:
+            self._pending.clear()
+            raise RunFenced(f"execution {self.execution_id} is no longer running")
+
+    async def _append(self, conn: AsyncConnection) -> None:
+        # The buffer is cleared only after commit (by the caller's success), so a retry after a
+        # lost connection appends the same events again, idempotently.
+        if not self._pending:
+            return
+        events = self._pending
+        await conn.execute(QUERIES["append_run_events"], {
+            "execution_id": self.execution_id, "seqs": [e.seq for e in events],
+            "parent_seqs": [e.parent_seq for e in events], "types": [e.type for e in events],
+            "payloads": [Jsonb(e.payload) for e in events]})
+        await conn.execute(QUERIES["notify_run_events"], {"execution_id": self.execution_id})
+
+
+async def events_after(conn: AsyncConnection, execution_id: UUID, after: int,
+                       limit: int = 1000) -> list[dict[str, Any]]:
+    cursor = await conn.execute(QUERIES["list_run_events"], {
+        "execution_id": execution_id, "after": after, "limit": limit})
+    return await cursor.fetchall()

@@ -1,0 +1,109 @@
+-- name: lease_queue_tasks
+-- Lease up to %(limit)s tasks: ready ones first, then ones whose lease expired (a worker died
+-- before its idempotency claim). Each half reads its own partial index; SKIP LOCKED keeps
+-- workers apart.
+WITH ready AS (
+    SELECT name FROM queue_tasks
+     WHERE lease_expires_at IS NULL AND available_at <= now()
+     ORDER BY available_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), expired AS (
+    SELECT name FROM queue_tasks
+     WHERE lease_expires_at < now()
+     ORDER BY lease_expires_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT name FROM ready UNION ALL SELECT name FROM expired
+     LIMIT %(limit)s
+)
+UPDATE queue_tasks q
+   SET lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+       deliveries = q.deliveries + 1
+  FROM picked AS p
+ WHERE q.name = p.name
+RETURNING q.name, q.kind, q.execution_id, q.deliveries;
+
+-- name: claim_execution
+-- The idempotency claim, in one transaction with the start of the run: insert the claim
+-- (a second delivery inserts nothing), move the execution to running with a fresh deadline and
+-- run token, write run_start as event 1, and drop the queue task: from here on the execution
+-- row carries the run, and the stale sweep is its safety net.
+WITH claim AS (
+    INSERT INTO execution_claims (execution_id, worker_id)
+    VALUES (%(execution_id)s, %(worker_id)s)
+    ON CONFLICT (execution_id) DO NOTHING
+    RETURNING execution_id
+), started AS (
+    UPDATE executions e
+       SET status = 'running', started_at = now(), run_token = %(run_token)s,
+           deadline = now() + make_interval(mins => e.timeout_minutes)
+      FROM claim
+     WHERE e.id = claim.execution_id AND e.status = 'queued'
+    RETURNING e.*
+), journaled AS (
+    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
+    SELECT id, 1, NULL, 'run_start',
+           jsonb_build_object('attempt', attempt, 'trigger_type', trigger_type,
+                              'trigger_source', trigger_source, 'worker_id', %(worker_id)s::text)
+      FROM started
+    RETURNING 1
+), dropped AS (
+    DELETE FROM queue_tasks WHERE name = %(task_name)s
+)
+SELECT started.*, (SELECT count(*) FROM claim) AS claimed,
+       (SELECT count(*) FROM journaled) AS journaled
+  FROM started
+ RIGHT JOIN (SELECT 1) AS always ON true;
+
+-- name: get_agent_for_run
+SELECT id, name, instructions, tools, auto_approve, status FROM agents WHERE id = %(agent_id)s;
+
+-- name: delete_agent_schedules
+-- A run that finds its agent gone removes that agent's schedules itself.
+DELETE FROM schedules WHERE agent_id = %(agent_id)s;
+
+-- name: finish_execution
+-- Fenced completion: only the run holding the token, and only while still running. A run the
+-- sweep already judged (or resumed elsewhere) updates nothing.
+UPDATE executions
+   SET status = %(status)s, outcome = %(outcome)s, reason = %(reason)s,
+       breadcrumb = %(breadcrumb)s, finished_at = now()
+ WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
+RETURNING id;
+
+-- name: lock_running_execution
+-- Taken by journal appends: FOR SHARE conflicts with the sweep's row lock, so an append either
+-- commits before the sweep judges the run (and the sweep's terminal event follows it), or sees
+-- the run no longer running and writes nothing.
+SELECT id FROM executions
+ WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
+   FOR SHARE;
+
+-- name: append_run_events
+-- ON CONFLICT DO NOTHING makes a retried append idempotent: the run numbers its own events, so
+-- a conflict can only be this run's earlier attempt whose commit acknowledgement was lost.
+INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
+SELECT %(execution_id)s, e.seq, e.parent_seq, e.type, e.payload
+  FROM unnest(%(seqs)s::integer[], %(parent_seqs)s::integer[], %(types)s::text[],
+              %(payloads)s::jsonb[]) AS e(seq, parent_seq, type, payload)
+ON CONFLICT (execution_id, seq) DO NOTHING;
+
+-- name: notify_run_events
+SELECT pg_notify('tickwork_events', %(execution_id)s::text);
+
+-- name: lock_execution_if_timed_out
+-- The worker's own deadline: the same verdict the sweep gives, for one execution.
+SELECT id, attempt, max_attempts FROM executions
+ WHERE id = %(execution_id)s AND status = 'running' AND deadline <= now()
+   FOR UPDATE SKIP LOCKED;
+
+-- name: list_run_events
+SELECT seq, parent_seq, type, payload, ts FROM run_events
+ WHERE execution_id = %(execution_id)s AND seq > %(after)s
+ ORDER BY seq
+ LIMIT %(limit)s;
+
+-- name: listen_for_tasks
+LISTEN tickwork_tasks;

@@ -1,0 +1,181 @@
+"""A worker in this process, against a real Postgres, running scripted agents."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from scheduler.sweep import sweep_stale
+from sql import failpoints
+from worker.claim import LeasedTask
+from worker.handler import handle_task
+from tests.integration.workers import run_deps, running_worker, scalar, until
+
+DEMO_TOOLS = ["demo.get_record", "demo.list_records", "demo.search_records", "query_file",
+              "read_file", "update_plan"]
+
+
+async def make_agent(api, tools=DEMO_TOOLS, name="worker-agent") -> str:
+    response = await api.post("/v1/agents", json={"name": name, "tools": tools,
+                                                  "instructions": "Answer from the records."})
+    assert response.status_code == 201, response.text
+    return response.json()["id"]
+
+
+async def start_run(api, agent_id: str, run_input: dict, timeout_minutes: int = 5) -> str:
+    response = await api.post(f"/v1/agents/{agent_id}/runs",
+                              json={"input": run_input, "timeout_minutes": timeout_minutes})
+    assert response.status_code == 202, response.text
+    return response.json()["id"]
+
+
+async def events(api, run_id: str) -> list[dict]:
+    response = await api.get(f"/v1/runs/{run_id}/events", headers={"Accept": "application/json"})
+    assert response.status_code == 200, response.text
+    return response.json()["items"]
+
+
+def finished(run_id: str) -> tuple[str, tuple]:
+    return ("SELECT status IN ('completed', 'failed', 'cancelled') FROM executions WHERE id = %s",
+            (run_id,))
+
+
+async def run_to_end(api, pool, db_url, run_input: dict, tools=DEMO_TOOLS, **settings) -> tuple:
+    agent_id = await make_agent(api, tools)
+    run_id = await start_run(api, agent_id, run_input)
+    async with running_worker(pool, db_url, **settings):
+        await until(db_url, *finished(run_id))
+    run = (await api.get(f"/v1/runs/{run_id}")).json()
+    return run, await events(api, run_id)
+
+
+async def test_a_scripted_run_goes_from_queued_to_done_with_every_event_in_order(api, pool, db_url):
+    script = [{"tool_calls": [{"name": "demo.get_record", "arguments": {"id": 1}}]},
+              {"text": "Record 1 is an invoice."}]
+    run, journal = await run_to_end(api, pool, db_url, {"script": script})
+    assert (run["status"], run["outcome"]) == ("completed", "done")
+    assert run["started_at"] and run["finished_at"]
+    assert [e["type"] for e in journal] == [
+        "run_start", "step_start", "tool_start", "tool_complete", "step_start", "content_delta",
+        "run_complete"]
+    assert [e["seq"] for e in journal] == list(range(1, 8))
+    by_seq = {e["seq"]: e for e in journal}
+    assert by_seq[3]["parent_seq"] == 2 and by_seq[4]["parent_seq"] == 3
+    assert by_seq[6]["parent_seq"] == 5 and by_seq[7]["parent_seq"] == 1
+    assert by_seq[3]["payload"]["tool"] == "demo.get_record"
+    assert by_seq[4]["payload"]["ok"] is True
+    assert by_seq[6]["payload"]["text"] == "Record 1 is an invoice."
+    assert by_seq[7]["payload"]["outcome"] == "done"
+
+
+async def test_the_same_execution_delivered_ten_times_concurrently_runs_once(api, pool, db_url):
+    agent_id = await make_agent(api)
+    run_id = await start_run(api, agent_id, {"script": [{"text": "Once."}]})
+    deps = run_deps(pool)
+    task = LeasedTask(name=run_id, kind="run", execution_id=__import__("uuid").UUID(run_id),
+                      deliveries=1)
+    results = await asyncio.gather(*[handle_task(task, deps) for _ in range(10)])
+    assert results.count({"skipped": "duplicate execution"}) == 9
+    assert results.count({"status": "completed", "outcome": "done"}) == 1
+    assert scalar(db_url, "SELECT count(*) FROM run_events WHERE type = 'run_start'") == 1
+    assert scalar(db_url, "SELECT count(*) FROM execution_claims") == 1
+    assert scalar(db_url, "SELECT count(*) FROM run_events WHERE execution_id = %s",
+                  (run_id,)) == 4  # run_start, step_start, content_delta, run_complete
+
+
+async def test_a_run_whose_agent_is_gone_fails_in_band_and_removes_its_schedules(api, pool, db_url):
+    agent_id = await make_agent(api)
+    schedule = (await api.post("/v1/schedules", json={"agent_id": agent_id, "cron": "0 9 * * *"})).json()
+    run_id = (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).json()["id"]
+    # The agent row vanishes behind the API's back (as if deleted by a concurrent process),
+    # leaving the schedule, which the run itself must remove.
+    with __import__("psycopg").connect(db_url) as conn:
+        conn.execute("ALTER TABLE schedules DROP CONSTRAINT schedules_agent_id_fkey")
+        conn.execute("DELETE FROM agents WHERE id = %s", (agent_id,))
+    async with running_worker(pool, db_url):
+        await until(db_url, *finished(run_id))
+    run = (await api.get(f"/v1/runs/{run_id}")).json()
+    assert (run["status"], run["outcome"]) == ("failed", "failed")
+    assert "no longer exists" in run["reason"]
+    assert scalar(db_url, "SELECT count(*) FROM schedules") == 0
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE retry_of IS NOT NULL") == 0
+
+
+async def test_a_large_result_is_offloaded_and_can_be_queried_with_sql(api, pool, db_url):
+    script = [{"tool_calls": [{"name": "demo.list_records", "arguments": {"limit": 500}}]},
+              {"tool_calls": [{"name": "query_file", "arguments": {
+                  "file_ref": "$last_file_ref", "sql": "SELECT count(*) AS n FROM result"}}]},
+              {"text": "There are 500."}]
+    run, journal = await run_to_end(api, pool, db_url, {"script": script})
+    assert run["outcome"] == "done"
+    completes = [e["payload"] for e in journal if e["type"] == "tool_complete"]
+    assert [c["tool"] for c in completes] == ["demo.list_records", "query_file"]
+    assert all(c["ok"] for c in completes)
+    assert completes[0]["result_chars"] < 1500  # a preview and a reference, not 500 records
+    assert scalar(db_url, "SELECT count(*) FROM tool_results WHERE execution_id = %s",
+                  (run["id"],)) == 1
+
+
+async def test_a_tool_the_agent_does_not_have_is_refused_and_never_runs(api, pool, db_url):
+    script = [{"tool_calls": [{"name": "demo.send_message",
+                               "arguments": {"recipient": "ops", "text": "hi"}}]},
+              {"text": "I could not send it."}]
+    run, journal = await run_to_end(api, pool, db_url, {"script": script})
+    refusals = [e["payload"] for e in journal if e["type"] == "budget_refusal"]
+    assert len(refusals) == 1 and refusals[0]["tool"] == "demo.send_message"
+    assert "did NOT execute" in refusals[0]["message"]
+    assert not [e for e in journal if e["type"] == "tool_start"]
+    assert scalar(db_url, "SELECT count(*) FROM demo_outbox") == 0
+
+
+async def test_a_malformed_script_fails_the_run_in_band_without_a_retry(api, pool, db_url):
+    run, journal = await run_to_end(api, pool, db_url, {"script": [{"dance": True}]})
+    assert (run["status"], run["outcome"]) == ("failed", "failed")
+    assert "ScriptError" in run["reason"]
+    assert journal[-1]["type"] == "run_complete"
+    assert scalar(db_url, "SELECT count(*) FROM executions") == 1
+
+
+async def test_runs_slower_than_the_idle_transaction_timeout_finish_normally(api, pool, db_url):
+    # Each test database kills sessions idle in a transaction for 2 s; this run spends 2.5 s
+    # in each of two model calls, so a transaction held across a call would be killed.
+    script = [{"sleep": 2.5}, {"tool_calls": [{"name": "demo.get_record", "arguments": {"id": 2}}]},
+              {"sleep": 2.5}, {"text": "Done slowly."}]
+    run, _ = await run_to_end(api, pool, db_url, {"script": script})
+    assert (run["status"], run["outcome"]) == ("completed", "done")
+
+
+async def test_secrets_are_redacted_before_the_journal_stores_them(api, pool, db_url):
+    canary = "sk-live-" + "Q" * 40
+    script = [{"tool_calls": [{"name": "demo.search_records",
+                               "arguments": {"query": f"password={canary}"}}]},
+              {"text": f"Use the key {canary} with Authorization: Bearer {canary}"}]
+    _, journal = await run_to_end(api, pool, db_url, {"script": script})
+    stored = scalar(db_url, "SELECT string_agg(payload::text, ' ') FROM run_events")
+    assert canary not in stored and "[REDACTED]" in stored
+    assert canary not in str(journal)
+
+
+async def test_a_late_worker_cannot_overwrite_the_sweeps_verdict(api, pool, db_url):
+    agent_id = await make_agent(api)
+    run_id = await start_run(api, agent_id, {"script": [{"text": "Finished late."}]},
+                             timeout_minutes=1)
+    failpoints.arm("run.before_complete_commit", "block:late")
+    try:
+        async with running_worker(pool, db_url):
+            await asyncio.wait_for(failpoints.wait_reached("late"), 60)
+            swept = await sweep_stale(pool, now=datetime.now(timezone.utc) + timedelta(minutes=2),
+                                      batch_size=10)
+            assert (swept.failed, swept.retried) == (1, 1)
+            failpoints.release("late")
+            await until(db_url, "SELECT count(*) = 1 FROM executions WHERE retry_of = %s"
+                                " AND status = 'completed'", (run_id,))
+    finally:
+        failpoints.disarm_all()
+    run = (await api.get(f"/v1/runs/{run_id}")).json()
+    assert (run["status"], run["outcome"]) == ("failed", "timed_out")
+    journal = await events(api, run_id)
+    assert journal[-1]["type"] == "run_complete" and journal[-1]["payload"]["by"] == "sweep"
+    assert [e["type"] for e in journal].count("run_complete") == 1

@@ -1,0 +1,82 @@
+"""Helpers for worker tests: an in-process worker, worker subprocesses, and waiting on the
+journal's NOTIFY (not on the clock) until the database says a condition holds."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from contextlib import asynccontextmanager
+
+import psycopg
+
+from sql.db import connect
+from tests.integration.drivers import ROOT
+from worker.handler import RunDeps
+from worker.providers.routing import ProviderSettings, build_router
+from worker.runner import Worker
+from worker.settings import WorkerSettings
+from worker.tools.registry import catalog
+
+
+def run_deps(pool, **settings) -> RunDeps:
+    specs = catalog()
+    return RunDeps(pool=pool, provider=build_router(ProviderSettings(models="")),
+                   catalog={s.key: s for s in specs},
+                   settings=WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
+                   worker_id=f"test:{os.getpid()}")
+
+
+@asynccontextmanager
+async def running_worker(pool, db_url: str, **settings):
+    stop = asyncio.Event()
+    worker = Worker(run_deps(pool, **settings), db_url)
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        yield worker
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+
+
+def scalar(db_url: str, sql: str, params: tuple = ()):
+    with psycopg.connect(db_url) as conn:
+        return conn.execute(sql, params).fetchone()[0]
+
+
+async def until(db_url: str, sql: str, params: tuple = (), *, timeout: float = 60) -> None:
+    """Wait until ``sql`` returns true, re-checking whenever a journal or queue notification
+    arrives (and once a second, in case the condition changed without one)."""
+    listener = await connect(db_url, application_name="tickwork-test-until")
+    await listener.execute("LISTEN tickwork_events")
+    await listener.execute("LISTEN tickwork_tasks")
+    deadline = time.monotonic() + timeout
+    try:
+        while not scalar(db_url, sql, params):
+            left = deadline - time.monotonic()
+            assert left > 0, f"condition never held: {sql}"
+            async for _ in listener.notifies(timeout=min(1.0, left), stop_after=1):
+                pass
+    finally:
+        await listener.close()
+
+
+class WorkerProcess:
+    """`tickwork worker` as a real process (for kill -9, SIGTERM and restarts)."""
+
+    def __init__(self, db_url: str, *, concurrency: int = 2, **env: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tickwork.cli", "worker", "--concurrency", str(concurrency)],
+            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "TICKWORK_DATABASE_URL": db_url, "TICKWORK_TEST_MODE": "1",
+                 "TICKWORK_POLL_INTERVAL_SECONDS": "0.2", **env})
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+    def terminate(self, timeout: float = 60) -> int:
+        self.process.terminate()
+        return self.process.wait(timeout=timeout)

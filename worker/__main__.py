@@ -1,0 +1,45 @@
+"""Wiring of a worker process: settings -> pool -> providers -> tools -> Worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+
+from sql.db import open_pool
+from worker.handler import RunDeps
+from worker.providers.routing import ProviderSettings, build_router
+from worker.runner import Worker
+from worker.settings import WorkerSettings
+from worker.tools.publish import publish_catalog
+from worker.tools.registry import catalog
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def build_worker(url: str, settings: WorkerSettings) -> Worker:
+    specs = catalog()
+    await asyncio.to_thread(publish_catalog, url, specs)  # the API validates agents against it
+    pool = await open_pool(url, application_name="tickwork-worker",
+                           max_size=max(4, settings.concurrency * 2 + 1))
+    deps = RunDeps(pool=pool, provider=build_router(ProviderSettings()),
+                   catalog={spec.key: spec for spec in specs}, settings=settings,
+                   worker_id=worker_id())
+    return Worker(deps, url)
+
+
+async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event | None = None) -> None:
+    worker = await build_worker(url, settings)
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await worker.run(stop)
+    finally:
+        await worker.deps.provider.aclose()
+        await worker.deps.pool.close()

@@ -1,0 +1,60 @@
+"""Taking work: lease queue tasks, then the idempotency claim that starts exactly one run.
+
+A task is leased first (a worker that dies before claiming leaves a lease that expires and the
+task is delivered again). The claim inserts the execution id with ON CONFLICT DO NOTHING;
+claimed nothing means a duplicate delivery, and no agent code runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from psycopg_pool import AsyncConnectionPool
+
+from sql import QUERIES, failpoints
+from sql.ids import new_id
+
+DUPLICATE = {"skipped": "duplicate execution"}
+
+
+@dataclass(frozen=True)
+class LeasedTask:
+    name: str
+    kind: str
+    execution_id: UUID
+    deliveries: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    execution: dict[str, Any] | None  # None: nothing to run
+    run_token: UUID | None
+    skipped: dict[str, str] | None
+
+
+async def lease_tasks(pool: AsyncConnectionPool, *, limit: int,
+                      lease_seconds: int) -> list[LeasedTask]:
+    async with pool.connection() as conn:
+        cursor = await conn.execute(QUERIES["lease_queue_tasks"],
+                                    {"limit": limit, "lease_seconds": lease_seconds})
+        return [LeasedTask(**row) for row in await cursor.fetchall()]
+
+
+async def claim_execution(pool: AsyncConnectionPool, *, execution_id: UUID, task_name: str,
+                          worker_id: str) -> Claim:
+    """Claim the execution and start its run (run_start is event 1), in one transaction."""
+    run_token = new_id()
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            cursor = await conn.execute(QUERIES["claim_execution"], {
+                "execution_id": execution_id, "task_name": task_name, "worker_id": worker_id,
+                "run_token": run_token})
+            row = await cursor.fetchone()
+            await failpoints.hit("claim.after_insert_before_commit")
+    if not row["claimed"]:
+        return Claim(None, None, DUPLICATE)
+    if row["id"] is None:
+        return Claim(None, None, {"skipped": "execution is no longer queued"})
+    return Claim(row, run_token, None)

@@ -1,0 +1,100 @@
+"""What crosses the model seam: messages, tool calls, replies and the provider protocol.
+
+Shapes follow OpenAI Chat Completions, which every provider speaks (the scripted one included),
+so a run recorded with one provider reads the same with another.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+def wire_name(tool: str) -> str:
+    """Function names on the wire may not contain '.': demo.get_record -> demo__get_record."""
+    return tool.replace(".", "__")
+
+
+def canonical_name(tool: str) -> str:
+    """One identity per tool: 'vendor.tool' and 'vendor__tool' are the same tool."""
+    return tool.strip().replace("__", ".", 1)
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str  # canonical (vendor.tool)
+    arguments: dict[str, Any]
+
+    def to_openai(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function",
+                "function": {"name": wire_name(self.name),
+                             "arguments": json.dumps(self.arguments, sort_keys=True)}}
+
+
+@dataclass
+class Message:
+    role: Role
+    content: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    # Written by the harness (a nudge, a refusal, a terminal note), not by the model: never
+    # metered, and not counted as a model turn.
+    injected: bool = False
+
+    def to_openai(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            # Some OpenAI-compatible servers reject null content on tool-call messages.
+            message["tool_calls"] = [call.to_openai() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
+
+    def to_state(self) -> dict[str, Any]:
+        return {"role": self.role, "content": self.content, "injected": self.injected,
+                "tool_call_id": self.tool_call_id,
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                               for c in self.tool_calls]}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "Message":
+        calls = [ToolCall(c["id"], c["name"], c["arguments"]) for c in state.get("tool_calls", [])]
+        return cls(state["role"], state.get("content", ""), calls, state.get("tool_call_id"),
+                   state.get("injected", False))
+
+
+@dataclass
+class Reply:
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    reasoning: str = ""
+
+
+@dataclass(frozen=True)
+class ToolSchema:
+    name: str  # canonical
+    description: str
+    parameters: dict[str, Any]
+
+    def to_openai(self) -> dict[str, Any]:
+        return {"type": "function", "function": {
+            "name": wire_name(self.name), "description": self.description,
+            "parameters": self.parameters or {"type": "object", "properties": {}}}}
+
+
+@dataclass
+class RunView:
+    """What a provider may know of the run besides the messages."""
+
+    input: dict[str, Any]
+    model_turns: int = 0  # replies already produced for this run by the non-judge aliases
+    judge_calls: int = 0  # judge verdicts already given for this run
+
+
+class ModelProvider(Protocol):
+    async def complete(self, alias: str, messages: list[Message], tools: list[ToolSchema],
+                       run: RunView) -> Reply: ...

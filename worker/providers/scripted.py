@@ -1,0 +1,218 @@
+"""The scripted model: a real provider whose replies are read from the run's input.
+
+It is stateless on purpose: its position in the script is the run's own counter (`model_turns`,
+or `judge_calls` for the judge), which the agent loop persists, so a run resumed on another
+worker continues the script exactly where it stopped. Replies have the shapes the openai provider
+returns (canonical names, dict arguments, string ids), so the loop cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+from worker.model import Message, Reply, RunView, ToolCall, ToolSchema, canonical_name
+
+JUDGE_ALIAS = "judge"
+MAX_REPEAT = 100_000
+LAST_FILE_REF = "$last_file_ref"
+_PLAIN_KEYS = {"text", "tool_calls"}
+_CALL_KEYS = {"name", "arguments"}
+_REPEAT_KEYS = {"tool", "times", "vary", "arguments"}
+
+
+class ScriptError(ValueError):
+    """The run's script is malformed; the message names the turn and becomes the failure reason."""
+
+
+@dataclass(frozen=True)
+class Turn:
+    text: str
+    calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+
+
+DONE = Turn("Done.")
+
+
+@dataclass(frozen=True)
+class _Segment:
+    """The turns one script entry yields: a plain turn (count 1) or a repeat (count K).
+
+    Kept unexpanded so `times: 100000` costs nothing; `make(i)` builds turn i (1..count).
+    """
+
+    delay: float  # slept before the segment's first turn only
+    count: int
+    make: Callable[[int], Turn]
+
+
+def parse_script(raw: Any) -> list[_Segment]:
+    """Validate the whole script up front, so a bad turn fails the run on its first turn."""
+    if raw is None or raw == []:
+        return [_Segment(0.0, 1, lambda _i: DONE)]
+    if not isinstance(raw, list):
+        raise ScriptError(f"The script must be a list of turns, not {type(raw).__name__}.")
+    segments: list[_Segment] = []
+    pending = 0.0  # sleeps accumulate onto the turn that follows them
+    for index, entry in enumerate(raw):
+        kind = _kind(index, entry)
+        if kind == "sleep":
+            pending += _sleep_seconds(index, entry["sleep"])
+            continue
+        if kind == "repeat":
+            count, make = _repeat(index, entry["repeat"])
+        else:
+            turn = _plain(index, entry)
+            count, make = 1, (lambda _i, turn=turn: turn)
+        segments.append(_Segment(pending, count, make))
+        pending = 0.0
+    if pending or not segments:
+        # A trailing sleep delays the next turn, which is the first repeat of the last turn.
+        last = segments[-1] if segments else _Segment(0.0, 1, lambda _i: DONE)
+        segments.append(_Segment(pending, 1, lambda _i: last.make(last.count)))
+    return segments
+
+
+def turn_at(segments: list[_Segment], position: int) -> tuple[float, Turn]:
+    """(delay, turn) for the 0-based position; past the end the last turn repeats, unslept."""
+    start = 0
+    for segment in segments:
+        if position < start + segment.count:
+            offset = position - start
+            return (segment.delay if offset == 0 else 0.0), segment.make(offset + 1)
+        start += segment.count
+    last = segments[-1]
+    return 0.0, last.make(last.count)
+
+
+def _kind(index: int, entry: Any) -> str:
+    keys = set(entry) if isinstance(entry, dict) else None
+    if keys == {"sleep"}:
+        return "sleep"
+    if keys == {"repeat"}:
+        return "repeat"
+    if keys and keys <= _PLAIN_KEYS:
+        return "plain"
+    shape = sorted(keys) if keys is not None else type(entry).__name__
+    raise ScriptError(f"Script turn {index} has an unknown shape ({shape}); expected "
+                      "text and/or tool_calls, repeat, or sleep.")
+
+
+def _sleep_seconds(index: int, seconds: Any) -> float:
+    if (isinstance(seconds, bool) or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds) or seconds < 0):
+        raise ScriptError(f"Script turn {index} sleeps {seconds!r}; a sleep must be a "
+                          "non-negative number of seconds.")
+    return float(seconds)
+
+
+def _plain(index: int, entry: dict[str, Any]) -> Turn:
+    text = entry.get("text", "")
+    if not isinstance(text, str):
+        raise ScriptError(f"Script turn {index} has a text that is not a string.")
+    if "tool_calls" not in entry:
+        return Turn(text)
+    calls = entry["tool_calls"]
+    if not isinstance(calls, list) or not calls:
+        raise ScriptError(f"Script turn {index} has tool_calls that are not a non-empty list.")
+    return Turn(text, tuple(_call(index, call) for call in calls))
+
+
+def _call(index: int, call: Any) -> tuple[str, dict[str, Any]]:
+    if not isinstance(call, dict) or not set(call) <= _CALL_KEYS:
+        raise ScriptError(f"Script turn {index} has a tool call that is not "
+                          '{"name": ..., "arguments": {...}}.')
+    return _tool_name(index, call.get("name")), _arguments(index, call.get("arguments", {}))
+
+
+def _repeat(index: int, spec: Any) -> tuple[int, Callable[[int], Turn]]:
+    if not isinstance(spec, dict) or not set(spec) <= _REPEAT_KEYS:
+        raise ScriptError(f"Script turn {index} has a repeat that is not "
+                          '{"tool", "times", "vary", "arguments"}.')
+    name = _tool_name(index, spec.get("tool"))
+    times = spec.get("times")
+    if isinstance(times, bool) or not isinstance(times, int) or not 1 <= times <= MAX_REPEAT:
+        raise ScriptError(f"Script turn {index} repeats {times!r} times; times must be an "
+                          f"integer from 1 to {MAX_REPEAT}.")
+    vary = spec.get("vary")
+    if vary is not None and (not isinstance(vary, str) or not vary):
+        raise ScriptError(f"Script turn {index} has a vary that is not an argument name.")
+    arguments = _arguments(index, spec.get("arguments", {}))
+
+    def make(i: int) -> Turn:
+        return Turn("", ((name, {**arguments, vary: i} if vary else arguments),))
+    return times, make
+
+
+def _tool_name(index: int, name: Any) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ScriptError(f"Script turn {index} has a tool call without a tool name.")
+    return canonical_name(name)
+
+
+def _arguments(index: int, arguments: Any) -> dict[str, Any]:
+    if not isinstance(arguments, dict):
+        raise ScriptError(f"Script turn {index} has arguments that are not an object.")
+    return arguments
+
+
+def verdict_at(raw: Any, position: int) -> str:
+    """The judge's verdict for its 0-based call: in order, then the last repeats; none → done."""
+    if raw is None or raw == []:
+        return "done"
+    if not isinstance(raw, list):
+        raise ScriptError(f"The judge script must be a list of verdicts, not {type(raw).__name__}.")
+    for index, verdict in enumerate(raw):
+        if not isinstance(verdict, str):
+            raise ScriptError(f"Judge verdict {index} is not a string.")
+    return raw[min(position, len(raw) - 1)]
+
+
+def last_file_ref(messages: list[Message]) -> str | None:
+    """The file reference of the most recent offloaded tool result, if any."""
+    for message in reversed(messages):
+        if message.role != "tool":
+            continue
+        try:
+            content = json.loads(message.content)
+        except ValueError:
+            continue
+        if isinstance(content, dict) and isinstance(content.get("file_ref"), str):
+            return content["file_ref"]
+    return None
+
+
+def substitute(value: Any, file_ref: str | None) -> Any:
+    """A deep copy of value with every "$last_file_ref" string replaced, at any depth."""
+    if file_ref is None:
+        return copy.deepcopy(value)
+    if isinstance(value, dict):
+        return {key: substitute(item, file_ref) for key, item in value.items()}
+    if isinstance(value, list):
+        return [substitute(item, file_ref) for item in value]
+    return file_ref if value == LAST_FILE_REF else copy.deepcopy(value)
+
+
+class ScriptedProvider:
+    """ModelProvider replaying `run.input["script"]` (and `run.input["judge"]` for the judge)."""
+
+    def __init__(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        self._sleep = sleep
+
+    async def complete(self, alias: str, messages: list[Message], tools: list[ToolSchema],
+                       run: RunView) -> Reply:
+        given = run.input or {}
+        if alias == JUDGE_ALIAS:
+            return Reply(text=verdict_at(given.get("judge"), run.judge_calls))
+        delay, turn = turn_at(parse_script(given.get("script")), run.model_turns)
+        if delay > 0:
+            await self._sleep(delay)
+        file_ref = last_file_ref(messages)
+        # Ids carry the run's turn number, so they stay unique when the last turn repeats.
+        calls = [ToolCall(f"call_{run.model_turns}_{j}", name, substitute(arguments, file_ref))
+                 for j, (name, arguments) in enumerate(turn.calls)]
+        return Reply(text=turn.text, tool_calls=calls)

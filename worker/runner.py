@@ -1,0 +1,104 @@
+"""The worker process: N concurrent runs, woken by NOTIFY, with polling as the truth.
+
+LISTEN runs on its own direct connection and is re-established after any error; it only
+shortens the wait. Every poll interval the worker looks for tasks anyway, so a lost listener
+(or a missed notification) delays work by at most one interval and never loses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import psycopg
+import structlog
+
+from sql import QUERIES
+from sql.db import connect
+from worker.claim import LeasedTask, lease_tasks
+from worker.handler import RunDeps, handle_task
+
+log = structlog.get_logger()
+
+
+class Worker:
+    def __init__(self, deps: RunDeps, database_url: str) -> None:
+        self.deps, self._url = deps, database_url
+        self._wake = asyncio.Event()
+        self._active: set[asyncio.Task] = set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        listener = asyncio.create_task(self._listen(stop))
+        log.info("worker_started", worker_id=self.deps.worker_id,
+                 concurrency=self.deps.settings.concurrency)
+        try:
+            while not stop.is_set():
+                if not await self._fill_slots():
+                    await self._idle(stop)
+        finally:
+            listener.cancel()
+            await self._drain()
+            log.info("worker_stopped", worker_id=self.deps.worker_id)
+
+    async def _fill_slots(self) -> bool:
+        """Lease tasks for free slots; True when every free slot got one (look again now)."""
+        free = self.deps.settings.concurrency - len(self._active)
+        if free <= 0:
+            return False
+        try:
+            tasks = await lease_tasks(self.deps.pool, limit=free,
+                                      lease_seconds=self.deps.settings.lease_seconds)
+        except psycopg.Error as exc:  # Postgres restarting: the next poll tries again
+            log.warning("lease_failed", error=type(exc).__name__)
+            return False
+        for task in tasks:
+            running = asyncio.create_task(self._handle(task))
+            self._active.add(running)
+        return bool(tasks) and len(tasks) == free
+
+    async def _handle(self, task: LeasedTask) -> None:
+        try:
+            await handle_task(task, self.deps)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the task's lease expires and it is delivered again
+            log.error("task_failed", execution_id=str(task.execution_id),
+                      error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._active.discard(asyncio.current_task())
+            self._wake.set()  # a slot is free
+
+    async def _idle(self, stop: asyncio.Event) -> None:
+        self._wake.clear()
+        waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self._wake.wait())]
+        await asyncio.wait(waiters, timeout=self.deps.settings.poll_interval_seconds,
+                           return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()
+
+    async def _listen(self, stop: asyncio.Event) -> None:
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                conn = await connect(self._url, application_name="tickwork-worker-listen")
+                async with conn:
+                    await conn.execute(QUERIES["listen_for_tasks"])
+                    delay = 0.5
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except (psycopg.Error, OSError) as exc:
+                log.warning("listener_lost", error=type(exc).__name__, retry_in=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _drain(self) -> None:
+        """Stop claiming; let running agents finish within the grace period, then cancel them
+        (each journals its cancellation)."""
+        if not self._active:
+            return
+        _, pending = await asyncio.wait(set(self._active),
+                                        timeout=self.deps.settings.shutdown_grace_seconds)
+        for task in pending:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*pending, return_exceptions=True)

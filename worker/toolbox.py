@@ -1,0 +1,121 @@
+"""Running one tool call for a run: look it up, check its arguments, run it, offload big results.
+
+Every call the model makes gets a tool result back. A call that cannot run (a tool the agent
+does not have, arguments that do not fit) is refused with a result that says plainly it did
+NOT execute and what to do instead; a tool that raises returns its error type and message.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Callable
+from uuid import UUID
+
+from psycopg_pool import AsyncConnectionPool
+from pydantic import BaseModel, ValidationError
+
+from worker.model import ToolCall, ToolSchema, canonical_name
+from worker.tools import local
+from worker.tools.offload import maybe_offload
+from worker.tools.registry import ToolSpec, arguments_model
+
+
+@dataclass
+class ToolContext:
+    """What a vendor tool receives besides its arguments."""
+
+    conn: Any
+    execution_id: UUID
+    idempotency_key: str
+
+
+@dataclass
+class ToolOutcome:
+    text: str  # what the model sees
+    ok: bool
+    refused_by: str | None = None  # why the call did not execute, when it did not
+    duration_ms: float = 0.0
+
+
+def refusal(tool: str, why: str, instead: str) -> str:
+    return json.dumps({"error": f"The call to {tool} did NOT execute: {why}.",
+                       "what_to_do": instead})
+
+
+class ToolBox:
+    def __init__(self, catalog: dict[str, ToolSpec], agent_tools: list[str], *,
+                 pool: AsyncConnectionPool, execution_id: UUID, plan: dict[str, Any],
+                 offload_threshold: int, preview_chars: int,
+                 redact: Callable[[Any], Any]) -> None:
+        self._specs = {canonical_name(k): catalog[k] for k in agent_tools if k in catalog}
+        self._pool, self._execution_id, self._plan = pool, execution_id, plan
+        self._threshold, self._preview, self._redact = offload_threshold, preview_chars, redact
+
+    def schemas(self) -> list[ToolSchema]:
+        return [ToolSchema(s.key, s.description, s.parameters) for s in self._specs.values()]
+
+    def spec(self, name: str) -> ToolSpec | None:
+        return self._specs.get(canonical_name(name))
+
+    async def call(self, call: ToolCall, *, step: int) -> ToolOutcome:
+        started = time.perf_counter()
+        spec = self.spec(call.name)
+        if spec is None:
+            text = refusal(call.name, "this agent has no such tool",
+                           f"use one of: {', '.join(sorted(self._specs)) or 'no tools'}")
+            return ToolOutcome(text, False, "unknown_tool")
+        try:
+            arguments = self._validated(spec, call.arguments)
+        except ValueError as exc:
+            return ToolOutcome(refusal(spec.key, f"the arguments do not fit ({exc})",
+                                       "call it again with arguments matching its schema"),
+                               False, "invalid_arguments")
+        outcome = await self._run(spec, arguments, step)
+        outcome.duration_ms = round((time.perf_counter() - started) * 1000, 1)
+        return outcome
+
+    def _validated(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
+        if "_raw" in arguments:
+            raise ValueError("they are not valid JSON")
+        if spec.function is None:
+            return arguments
+        try:
+            return arguments_model(spec.function)(**arguments).model_dump()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(f"{'.'.join(map(str, first['loc'])) or 'arguments'}: {first['msg']}")
+
+    async def _run(self, spec: ToolSpec, arguments: dict[str, Any], step: int) -> ToolOutcome:
+        try:
+            async with self._pool.connection() as conn:
+                value = await self._invoke(spec, arguments, conn, step)
+                text = await maybe_offload(conn, execution_id=self._execution_id, tool=spec.key,
+                                           value=self._redact(value), threshold=self._threshold,
+                                           preview_chars=self._preview)
+        except local.ToolInputError as exc:
+            return ToolOutcome(json.dumps({"error": str(exc)}), False)
+        except Exception as exc:  # a tool's failure is the model's information, not a crash
+            message = self._redact(f"{type(exc).__name__}: {exc}")
+            return ToolOutcome(json.dumps({"error": message}), False)
+        return ToolOutcome(text, True)
+
+    async def _invoke(self, spec: ToolSpec, arguments: dict[str, Any], conn: Any, step: int) -> Any:
+        if spec.is_local:
+            return await self._local(spec.key, arguments, conn)
+        context = ToolContext(conn, self._execution_id, f"{self._execution_id}:{step}")
+        return await spec.function(context, **arguments)
+
+    async def _local(self, key: str, arguments: dict[str, Any], conn: Any) -> Any:
+        """Local tools run here, in the worker; they are never metered."""
+        if key == "update_plan":
+            return await local.update_plan(self._plan, **arguments)
+        if key == "task_complete":
+            return await local.task_complete(**arguments)
+        if key == "read_file":
+            return await local.read_file(conn, self._execution_id, **arguments)
+        if key == "query_file":
+            return await local.query_file(conn, self._execution_id, **arguments)
+        raise local.ToolInputError(f"{key} is not a local tool")

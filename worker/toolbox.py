@@ -15,12 +15,12 @@ from typing import Any, Callable
 from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from worker.model import ToolCall, ToolSchema, canonical_name
 from worker.tools import local
 from worker.tools.offload import maybe_offload
-from worker.tools.registry import ToolSpec, arguments_model
+from worker.tools.registry import ToolSpec
 
 
 @dataclass
@@ -80,10 +80,8 @@ class ToolBox:
     def _validated(self, spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
         if "_raw" in arguments:
             raise ValueError("they are not valid JSON")
-        if spec.function is None:
-            return arguments
         try:
-            return arguments_model(spec.function)(**arguments).model_dump()
+            return spec.arguments.model_validate(arguments).model_dump()
         except ValidationError as exc:
             first = exc.errors()[0]
             raise ValueError(f"{'.'.join(map(str, first['loc'])) or 'arguments'}: {first['msg']}")
@@ -115,7 +113,8 @@ class ToolBox:
         if key == "task_complete":
             return await local.task_complete(**arguments)
         if key == "read_file":
-            return await local.read_file(conn, self._execution_id, **arguments)
+            return await local.read_file(conn, self._execution_id, max_chars=self._threshold,
+                                         **arguments)
         if key == "query_file":
             return await local.query_file(conn, self._execution_id, **arguments)
         raise local.ToolInputError(f"{key} is not a local tool")

@@ -10,6 +10,8 @@ WITH doomed AS (
        FOR UPDATE SKIP LOCKED
 ), events AS (
     DELETE FROM run_events r USING doomed d WHERE r.execution_id = d.id
+), results AS (
+    DELETE FROM tool_results t USING doomed d WHERE t.execution_id = d.id
 )
 DELETE FROM executions e USING doomed d WHERE e.id = d.id
 RETURNING e.id;

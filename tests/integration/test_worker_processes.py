@@ -93,7 +93,7 @@ async def test_sigterm_lets_runs_finish_within_the_grace_period_then_cancels_and
 async def test_a_run_past_its_deadline_is_stopped_by_its_worker_and_retried_once(db_url):
     """Waits out a real one-minute deadline (the shortest a run may have)."""
     [run_id] = await queue_runs(db_url, [{"sleep": 600}, {"text": "too late"}], timeout_minutes=1)
-    worker = WorkerProcess(db_url, TICKWORK_FAILPOINTS="")
+    worker = WorkerProcess(db_url, TICKWORK_SHUTDOWN_GRACE_SECONDS="1")
     await until(db_url, "SELECT status = 'failed' FROM executions WHERE id = %s", (run_id,),
                 timeout=120)
     assert worker.terminate() == 0

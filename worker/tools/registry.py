@@ -27,6 +27,7 @@ class ToolSpec:
     description: str
     parameters: dict[str, Any]
     function: Callable[..., Any] | None = None
+    arguments: type[BaseModel] | None = None  # validates what the model passes
 
 
 def tool(tool_class: ToolClass) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -51,7 +52,11 @@ def arguments_model(function: Callable[..., Any]) -> type[BaseModel]:
 
 def parameters_schema(function: Callable[..., Any]) -> dict[str, Any]:
     """JSON schema of a tool's arguments, for the model and the catalog."""
-    schema = arguments_model(function).model_json_schema()
+    return schema_of(arguments_model(function))
+
+
+def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
     schema.pop("title", None)
     return schema
 
@@ -66,20 +71,50 @@ def vendor_tools(package: str = "worker.vendors") -> list[ToolSpec]:
             if tool_class is not None:
                 specs.append(ToolSpec(f"{info.name}.{name}", tool_class, False,
                                       inspect.getdoc(function) or "", parameters_schema(function),
-                                      function))
+                                      function, arguments_model(function)))
     return specs
 
 
-# Harness tools, run inside the worker and never metered. Their behaviour belongs to the agent
-# loop; the catalog only needs their names and classes so agents can list them.
+# Harness tools, run inside the worker and never metered. Their arguments are declared here so
+# that the model sees them and so that it can pass nothing else (no limits of its own choosing).
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PlanStep(_Strict):
+    title: str
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class UpdatePlanArguments(_Strict):
+    steps: list[PlanStep]
+
+
+class TaskCompleteArguments(_Strict):
+    summary: str = ""
+
+
+class ReadFileArguments(_Strict):
+    file_ref: str
+    offset: int = 0
+    limit: int = 4000
+
+
+class QueryFileArguments(_Strict):
+    file_ref: str
+    sql: str
+
+
 LOCAL_TOOLS = (
-    ("update_plan", "write", "Record the plan: steps with title and status."),
-    ("task_complete", "write", "Declare the task complete."),
-    ("read_file", "read", "Read a stored tool result by its file reference."),
-    ("query_file", "read", "Run SQL over a stored tool result, seen as a table named result."),
+    ("update_plan", "write", "Record the plan: steps with title and status.", UpdatePlanArguments),
+    ("task_complete", "write", "Declare the task complete.", TaskCompleteArguments),
+    ("read_file", "read", "Read a stored tool result by its file reference.", ReadFileArguments),
+    ("query_file", "read", "Run one SQL SELECT over a stored tool result, seen as a table "
+                           "named result.", QueryFileArguments),
 )
 
 
 def catalog() -> list[ToolSpec]:
-    local = [ToolSpec(key, cls, True, text, {}) for key, cls, text in LOCAL_TOOLS]  # type: ignore[arg-type]
+    local = [ToolSpec(key, cls, True, text, schema_of(model), None, model)  # type: ignore[arg-type]
+             for key, cls, text, model in LOCAL_TOOLS]
     return sorted(local + vendor_tools(), key=lambda spec: spec.key)

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from tests.integration.drivers import ROOT
+from tests.integration.workers import until
 
 TICKWORK = [sys.executable, "-m", "tickwork.cli"]
 
@@ -75,7 +76,7 @@ def up(db_url):
     running.stop()
 
 
-def test_the_walkthrough_works_through_the_cli(up, db_url, tmp_path):
+async def test_the_walkthrough_works_through_the_cli(up, db_url, tmp_path):
     agent_file = tmp_path / "reporter.yaml"
     agent_file.write_text("name: reporter\ninstructions: Summarise.\n"
                           "tools: [demo.list_records, demo.send_message]\n")
@@ -88,7 +89,8 @@ def test_the_walkthrough_works_through_the_cli(up, db_url, tmp_path):
     listed = up.cli("schedule", "list", "--zone", "America/New_York").stdout
     assert schedule_id in listed and "30 4 * * 2" in listed
     run_id = re.search(r"queued run ([0-9a-f-]{36})", up.cli("schedule", "run-now", schedule_id).stdout).group(1)
-    assert run_id in up.cli("runs").stdout
+    await until(db_url, "SELECT status = 'completed' FROM executions WHERE id = %s", (run_id,))
+    assert run_id in up.cli("runs").stdout  # `up` runs a worker too: the run finished
     assert "is paused" in up.cli("schedule", "pause", schedule_id).stdout
     assert "is active" in up.cli("schedule", "resume", schedule_id).stdout
     with psycopg.connect(db_url) as conn:

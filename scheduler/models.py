@@ -133,5 +133,9 @@ class RunNowIn(RequestBody):
     fine; anything else is refused rather than silently ignored."""
 
 
+class DecisionIn(RequestBody):
+    reason: Annotated[Text, Field(max_length=2000)] | None = None
+
+
 class TickIn(RequestBody):
     at: Text | None = None

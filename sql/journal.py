@@ -86,6 +86,24 @@ class RunJournal:
                     raise RunFenced(f"execution {self.execution_id} is no longer running")
         self._pending = []
 
+    @_reconnecting
+    async def suspend(self, *, state: dict[str, Any], version: int, approval_id: str,
+                      tool_call_id: str, tool: str, arguments: dict[str, Any]) -> None:
+        """Save the run's state, create its approval and end the execution as suspended
+        (completed, breadcrumb 'suspended', no terminal event), in one transaction."""
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                await self._lock(conn)
+                await self._append(conn)
+                await failpoints.hit("approval.after_pause_before_state_commit")
+                cursor = await conn.execute(QUERIES["suspend_for_approval"], {
+                    "execution_id": self.execution_id, "run_token": self.run_token,
+                    "version": version, "state": Jsonb(state), "approval_id": approval_id,
+                    "tool_call_id": tool_call_id, "tool": tool, "arguments": Jsonb(arguments)})
+                if await cursor.fetchone() is None:
+                    raise RunFenced(f"execution {self.execution_id} is no longer running")
+        self._pending = []
+
     async def _lock(self, conn: AsyncConnection) -> None:
         cursor = await conn.execute(QUERIES["lock_running_execution"], {
             "execution_id": self.execution_id, "run_token": self.run_token})

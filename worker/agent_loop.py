@@ -1,9 +1,10 @@
-"""The agent loop: model turn, tool calls, journal, until the model stops.
+"""The agent loop: model turn, tool calls, journal, until the run may stop.
 
-A turn with tool calls runs them (each journaled as tool_start + tool_complete, or as a
-refusal) and goes round again. A turn with no tool call is the only place a run can stop;
-that is where the stop gate sits. No transaction is open across a model or tool call: the
-journal appends in its own short transactions between them.
+A turn with tool calls runs them through the walls and goes round again. A turn with no tool
+call is the only place a run can stop; the stop gate sits there. Before every turn the router
+applies its precedence: the hard budget stop, then a person's cancel, then continue. No
+transaction is open across a model or tool call: the journal appends in its own short
+transactions between them.
 """
 
 from __future__ import annotations
@@ -11,54 +12,134 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from sql import failpoints
 from sql.journal import RunJournal
-from worker.model import Message, ModelProvider, Reply, ToolCall
-from worker.state import RunState
+from worker.calls import CallPolicy, NeedsApproval, process_call
+from worker.model import Message, ModelProvider, Reply
+from worker.state import Pending, RunState
+from worker.stop_gate import (GateDecision, GateSettings, decide_with_verdict,
+                              decide_without_judge, judge_messages, parse_verdict, route)
 from worker.toolbox import ToolBox
+from worker.walls import hard_cap_reached, hard_stop_message, turn_warning
 
 ROOT_SEQ = 1  # run_start, written with the claim
 
 
 @dataclass
 class RunOutcome:
-    status: str  # completed | failed
-    outcome: str  # done | question | stalled_out | hard_stop | failed
+    status: str  # completed | failed | cancelled
+    outcome: str  # done | question | stalled_out | hard_stop | failed | cancelled
     reason: str | None
     answer: str
 
 
-# Decides what a turn without tool calls means. Returns None to stop the run as done, or a
-# message to inject before the next turn. The stop gate plugs in here.
-StopHook = Callable[[RunState, Reply, int], Awaitable[RunOutcome | Message | None]]
+@dataclass
+class Suspension:
+    """The run waits for a person's decision on ``pending.calls[0]``."""
+
+    needs: NeedsApproval
 
 
-async def stop_when_model_stops(state: RunState, reply: Reply, step: int) -> RunOutcome | None:
-    return RunOutcome("completed", "done", None, reply.text)
+@dataclass
+class Loop:
+    run_input: dict[str, Any]
+    provider: ModelProvider
+    toolbox: ToolBox
+    journal: RunJournal
+    policy: CallPolicy
+    gate: GateSettings
+    max_turns: int
+    cancel_requested: Callable[[], Awaitable[bool]]
 
 
-async def run_agent(state: RunState, *, run_input: dict[str, Any], provider: ModelProvider,
-                    toolbox: ToolBox, journal: RunJournal, max_turns: int,
-                    on_stop: StopHook = stop_when_model_stops) -> RunOutcome:
-    while state.model_turns < max_turns:
-        step = journal.emit("step_start", {"turn": state.model_turns + 1}, parent=ROOT_SEQ)
-        reply = await provider.complete("default", state.messages, toolbox.schemas(),
-                                        state.view(run_input))
+async def run_agent(state: RunState, loop: Loop) -> RunOutcome | Suspension:
+    while True:
+        ended = await router(state, loop)
+        if ended is not None:
+            return ended
+        step = begin_step(state, loop.journal)
+        reply = await loop.provider.complete("default", state.messages, loop.toolbox.schemas(),
+                                             state.view(loop.run_input))
         state.model_turns += 1
-        record_reply(journal, reply, step)
+        record_reply(loop.journal, reply, step)
         state.messages.append(Message("assistant", reply.text, list(reply.tool_calls)))
         if not reply.tool_calls:
-            decision = await on_stop(state, reply, step)
-            if isinstance(decision, RunOutcome):
-                return decision
-            if decision is not None:
-                state.messages.append(decision)
-        for call in reply.tool_calls:
-            state.messages.append(await run_tool_call(call, toolbox, journal, step))
-        await journal.flush()
-    return RunOutcome("completed", "hard_stop",
-                      f"stopped after {max_turns} model turns without finishing",
-                      last_answer(state))
+            decision = await stop_gate(state, loop, step)
+            if decision.stop:
+                return RunOutcome("completed", decision.outcome, decision.reason, reply.text)
+            continue
+        state.pending = Pending(step, list(reply.tool_calls))
+        paused = await run_pending(state, loop)
+        if paused is not None:
+            return paused
+        await loop.journal.flush()
+
+
+async def run_pending(state: RunState, loop: Loop) -> Suspension | None:
+    """Run the turn's remaining tool calls in order; stop at one that needs a person."""
+    while state.pending is not None and state.pending.calls:
+        call = state.pending.calls[0]
+        result = await process_call(call, state, loop.toolbox, loop.journal, loop.policy,
+                                    state.pending.step)
+        if isinstance(result, NeedsApproval):
+            return Suspension(result)
+        state.messages.append(result)
+        state.pending.calls.pop(0)
+    state.pending = None
+    return None
+
+
+async def router(state: RunState, loop: Loop) -> RunOutcome | None:
+    """Hard budget stop first, then a person's cancel, then continue."""
+    over_turns = state.model_turns >= loop.max_turns
+    decision = route(hard_stop=hard_cap_reached(state.meter, loop.policy.walls) or over_turns,
+                     cancel_requested=await loop.cancel_requested())
+    if decision == "continue":
+        return None
+    if decision == "cancelled":
+        loop.journal.emit("gate_decision", {"verdict": "cancelled",
+                                            "reason": "a person cancelled the run"}, parent=ROOT_SEQ)
+        return RunOutcome("cancelled", "cancelled", "a person cancelled the run", last_answer(state))
+    return hard_stop(state, loop, over_turns)
+
+
+def hard_stop(state: RunState, loop: Loop, over_turns: bool) -> RunOutcome:
+    """Speak, then end through the normal no-tool-call route: a terminal assistant message
+    written for the user."""
+    text = hard_stop_message(state.meter, loop.policy.walls, gathered_summary(state))
+    reason = (f"stopped after {state.model_turns} model turns" if over_turns else
+              f"hard cap of {loop.policy.walls.hard_cap} external tool calls reached")
+    state.messages.append(Message("assistant", text, injected=True))
+    loop.journal.emit("content_delta", {"text": text, "injected": True}, parent=ROOT_SEQ)
+    loop.journal.emit("gate_decision", {"verdict": "hard_stop", "reason": reason}, parent=ROOT_SEQ)
+    return RunOutcome("completed", "hard_stop", reason, text)
+
+
+def begin_step(state: RunState, journal: RunJournal) -> int:
+    warning = turn_warning(state.model_turns)
+    payload: dict[str, Any] = {"turn": state.model_turns + 1}
+    if warning:  # a signal that gates nothing
+        state.messages.append(Message("user", warning, injected=True))
+        payload["turn_warning"] = warning
+    return journal.emit("step_start", payload, parent=ROOT_SEQ)
+
+
+async def stop_gate(state: RunState, loop: Loop, step: int) -> GateDecision:
+    decision = decide_without_judge(state.plan, state.units_left)
+    if decision is None:
+        window = state.messages[-loop.gate.judge_window:]
+        reply = await loop.provider.complete("judge", judge_messages(window), [],
+                                             state.view(loop.run_input))
+        state.judge_calls += 1
+        verdict, reason = parse_verdict(reply.text)
+        decision = decide_with_verdict(verdict, reason, state.units_left)
+    if decision.spends_unit:
+        state.units_left -= 1
+    if decision.inject:
+        state.messages.append(Message("user", decision.inject, injected=True))
+    loop.journal.emit("gate_decision", {"verdict": decision.verdict, "reason": decision.reason,
+                                        "injected": decision.inject,
+                                        "units_left": state.units_left}, parent=step)
+    return decision
 
 
 def record_reply(journal: RunJournal, reply: Reply, step: int) -> None:
@@ -68,26 +149,13 @@ def record_reply(journal: RunJournal, reply: Reply, step: int) -> None:
         journal.emit("content_delta", {"text": reply.text}, parent=step)
 
 
-async def run_tool_call(call: ToolCall, toolbox: ToolBox, journal: RunJournal,
-                        step: int) -> Message:
-    if toolbox.spec(call.name) is None:
-        outcome = await toolbox.call(call, step=step)
-        journal.emit("budget_refusal", {"tool": call.name, "wall": outcome.refused_by,
-                                        "message": outcome.text, "call_id": call.id}, parent=step)
-        return Message("tool", outcome.text, tool_call_id=call.id)
-    started = journal.emit("tool_start", {"tool": toolbox.spec(call.name).key, "call_id": call.id,
-                                          "arguments": call.arguments}, parent=step)
-    outcome = await toolbox.call(call, step=step)
-    await failpoints.hit("run.after_tool_effect_before_tool_complete")
-    journal.emit("tool_complete", {"tool": toolbox.spec(call.name).key, "call_id": call.id,
-                                   "ok": outcome.ok, "refused_by": outcome.refused_by,
-                                   "duration_ms": outcome.duration_ms,
-                                   "result_chars": len(outcome.text)}, parent=started)
-    return Message("tool", outcome.text, tool_call_id=call.id)
+def gathered_summary(state: RunState) -> str:
+    tools = [m for m in state.messages if m.role == "tool"]
+    return f"{len(tools)} tool results; the last answer was: {last_answer(state)[:300] or 'none'}"
 
 
 def last_answer(state: RunState) -> str:
     for message in reversed(state.messages):
-        if message.role == "assistant" and message.content:
+        if message.role == "assistant" and message.content and not message.injected:
             return message.content
     return ""

@@ -2,7 +2,8 @@
 
 A task is leased first (a worker that dies before claiming leaves a lease that expires and the
 task is delivered again). The claim inserts the execution id with ON CONFLICT DO NOTHING;
-claimed nothing means a duplicate delivery, and no agent code runs.
+claimed nothing means a duplicate delivery, and no agent code runs. A resume task (named by its
+approval id) instead takes a suspended run back to running, once.
 """
 
 from __future__ import annotations
@@ -57,4 +58,19 @@ async def claim_execution(pool: AsyncConnectionPool, *, execution_id: UUID, task
         return Claim(None, None, DUPLICATE)
     if row["id"] is None:
         return Claim(None, None, {"skipped": "execution is no longer queued"})
+    return Claim(row, run_token, None)
+
+
+async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID,
+                       task_name: str) -> Claim:
+    """Take a suspended run back to running with a fresh deadline; its saved state and the
+    decision come back with it."""
+    run_token = new_id()
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            cursor = await conn.execute(QUERIES["claim_resume"], {
+                "execution_id": execution_id, "task_name": task_name, "run_token": run_token})
+            row = await cursor.fetchone()
+    if row is None:
+        return Claim(None, None, {"skipped": "duplicate resume"})
     return Claim(row, run_token, None)

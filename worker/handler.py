@@ -1,8 +1,9 @@
-"""One delivery of one task: claim, run, journal, and record the verdict, exactly once.
+"""One delivery of one task: claim (or resume), run, journal, and record the verdict, once.
 
 Everything that can end a run ends it in-band: a finished agent, a model or script error, an
-agent that vanished, the run's own deadline, a worker shutting down. Only the deadline leads to
-a retry, and that retry is minted by the same verdict the stale sweep gives.
+agent that vanished, unreadable saved state, a cancel, the run's own deadline, a worker
+shutting down. Only the deadline leads to a retry, minted by the same verdict the sweep gives.
+A pause for approval ends the execution as suspended, with its state saved.
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ from psycopg_pool import AsyncConnectionPool
 from sql import QUERIES
 from sql.journal import RunFenced, RunJournal
 from sql.lifecycle import fail_timed_out
-from worker.agent_loop import ROOT_SEQ, RunOutcome, run_agent
-from worker.claim import LeasedTask, claim_execution
+from worker.agent_loop import ROOT_SEQ, Loop, RunOutcome, Suspension, run_agent, run_pending
+from worker.calls import CallPolicy, approval_payload, execute, rejected
+from worker.claim import LeasedTask, claim_execution, claim_resume
 from worker.model import ModelProvider
 from worker.redact import redact
 from worker.settings import WorkerSettings
-from worker.state import RunState
+from worker.state import STATE_VERSION, CorruptState, RunState
+from worker.stop_gate import GateSettings
 from worker.toolbox import ToolBox
 from worker.tools.registry import ToolSpec
+from worker.walls import WallSettings
 
 log = structlog.get_logger()
 # The local timer fires a little after the database deadline, so the verdict query (which
@@ -43,57 +47,119 @@ class RunDeps:
 
 
 async def handle_task(task: LeasedTask, deps: RunDeps) -> dict[str, Any]:
-    claim = await claim_execution(deps.pool, execution_id=task.execution_id,
-                                  task_name=task.name, worker_id=deps.worker_id)
+    resume = task.kind == "resume"
+    claim = await (claim_resume(deps.pool, execution_id=task.execution_id, task_name=task.name)
+                   if resume else
+                   claim_execution(deps.pool, execution_id=task.execution_id, task_name=task.name,
+                                   worker_id=deps.worker_id))
     if claim.skipped is not None:
         log.info("delivery_skipped", execution_id=str(task.execution_id), **claim.skipped)
         return claim.skipped
     execution = claim.execution
-    journal = RunJournal(deps.pool, execution["id"], claim.run_token, next_seq=ROOT_SEQ + 1,
+    next_seq = (execution["last_seq"] or 0) + 1 if resume else ROOT_SEQ + 1
+    journal = RunJournal(deps.pool, execution["id"], claim.run_token, next_seq=next_seq,
                          redact=redact)
     bound = log.bind(execution_id=str(execution["id"]), agent_id=str(execution["agent_id"]),
                      schedule_id=str(execution["schedule_id"]))
-    bound.info("run_started", attempt=execution["attempt"])
+    bound.info("run_resumed" if resume else "run_started", attempt=execution["attempt"])
     try:
-        return await _run(execution, journal, deps, bound)
+        return await _guarded(execution, journal, deps, bound, task.name if resume else None)
     except RunFenced:
         bound.warning("run_fenced")  # the sweep judged it first; its verdict stands
         return {"fenced": True}
 
 
-async def _run(execution: dict[str, Any], journal: RunJournal, deps: RunDeps, bound) -> dict:
-    agent = await _load_agent(deps.pool, execution["agent_id"])
-    if agent is None:
-        await _remove_schedules(deps.pool, execution["agent_id"])
-        reason = f"agent {execution['agent_id']} no longer exists; its schedules were removed"
-        return await _finish(journal, RunOutcome("failed", "failed", reason, ""), bound)
+async def _guarded(execution: dict, journal: RunJournal, deps: RunDeps, bound,
+                   approval_id: str | None) -> dict[str, Any]:
     seconds = execution["timeout_minutes"] * 60 + DEADLINE_MARGIN_SECONDS
     try:
-        outcome = await asyncio.wait_for(_agent(execution, agent, journal, deps), seconds)
+        result = await asyncio.wait_for(_drive(execution, journal, deps, approval_id), seconds)
     except asyncio.TimeoutError:
         return await _timed_out(execution["id"], journal, deps.pool, bound)
     except asyncio.CancelledError:
         await _finish(journal, RunOutcome("cancelled", "cancelled",
-                                          "the worker shut down before the run finished", ""),
-                      bound)
+                                          "the worker shut down before the run finished", ""), bound)
         raise
     except RunFenced:
         raise
     except Exception as exc:  # journaled and recorded in-band; never retried by transport
-        reason = redact(f"{type(exc).__name__}: {exc}")
-        outcome = RunOutcome("failed", "failed", reason, "")
-    return await _finish(journal, outcome, bound)
+        result = RunOutcome("failed", "failed", redact(f"{type(exc).__name__}: {exc}"), "")
+    if isinstance(result, Suspension):
+        bound.info("run_suspended", tool=result.needs.spec.key)
+        return {"status": "completed", "breadcrumb": "suspended"}
+    return await _finish(journal, result, bound)
 
 
-async def _agent(execution: dict[str, Any], agent: dict[str, Any], journal: RunJournal,
-                 deps: RunDeps) -> RunOutcome:
-    state = RunState.start(agent["instructions"], execution["input"])
-    toolbox = ToolBox(deps.catalog, agent["tools"], pool=deps.pool, execution_id=execution["id"],
-                      plan=state.plan, offload_threshold=deps.settings.offload_threshold_chars,
-                      preview_chars=deps.settings.offload_preview_chars, redact=redact)
-    return await run_agent(state, run_input=execution["input"], provider=deps.provider,
-                           toolbox=toolbox, journal=journal,
-                           max_turns=deps.settings.max_model_turns)
+async def _drive(execution: dict, journal: RunJournal, deps: RunDeps,
+                 approval_id: str | None) -> RunOutcome | Suspension:
+    agent = await _load_agent(deps.pool, execution["agent_id"])
+    if agent is None:
+        await _remove_schedules(deps.pool, execution["agent_id"])
+        return RunOutcome("failed", "failed", f"agent {execution['agent_id']} no longer exists; "
+                          "its schedules were removed", "")
+    if approval_id is None:
+        state = RunState.start(agent["instructions"], execution["input"],
+                               units=deps.settings.continuation_units)
+    else:
+        state = RunState.from_state(execution["state"])  # CorruptState fails the run in-band
+    loop = _loop(execution, agent, state, journal, deps)
+    if approval_id is not None:
+        await _apply_decision(execution, state, loop, approval_id)
+        paused = await run_pending(state, loop)
+        if paused is None:
+            await journal.flush()
+            paused = await run_agent(state, loop)
+    else:
+        paused = await run_agent(state, loop)
+    if isinstance(paused, Suspension):
+        await _suspend(execution["id"], state, journal, paused)
+    return paused
+
+
+async def _apply_decision(execution: dict, state: RunState, loop: Loop, approval_id: str) -> None:
+    """Run the approved call (exactly once) or tell the model a person said no."""
+    if state.pending is None or not state.pending.calls:
+        raise CorruptState("saved run state has no call waiting for a decision")
+    call, step = state.pending.calls[0], state.pending.step
+    spec = loop.toolbox.spec(call.name)
+    if execution["approval_status"] == "approved" and spec is not None:
+        message = await execute(call, spec, loop.toolbox, loop.journal, loop.policy, step,
+                                approval_id=approval_id)
+    else:
+        message = rejected(loop.journal, call, execution["approval_reason"], step)
+    state.messages.append(message)
+    state.pending.calls.pop(0)
+
+
+async def _suspend(execution_id: UUID, state: RunState, journal: RunJournal,
+                   paused: Suspension) -> None:
+    call, spec = paused.needs.call, paused.needs.spec
+    approval_id = f"{execution_id}:{call.id}"
+    journal.emit("approval_required", approval_payload(call, spec, approval_id),
+                 parent=state.pending.step)
+    await journal.suspend(state=state.to_state(), version=STATE_VERSION, approval_id=approval_id,
+                          tool_call_id=call.id, tool=spec.key, arguments=call.arguments)
+
+
+def _loop(execution: dict, agent: dict, state: RunState, journal: RunJournal,
+          deps: RunDeps) -> Loop:
+    s, pool, execution_id = deps.settings, deps.pool, execution["id"]
+    toolbox = ToolBox(deps.catalog, agent["tools"], pool=pool, execution_id=execution_id,
+                      plan=state.plan, offload_threshold=s.offload_threshold_chars,
+                      preview_chars=s.offload_preview_chars, redact=redact)
+    walls = WallSettings(per_tool=s.per_tool_cap, aggregate=s.aggregate_cap,
+                         delivery=s.delivery_reserve, query_loop=s.query_loop_cap,
+                         hard_cap=s.hard_cap)
+    policy = CallPolicy(walls=walls, auto_approve=frozenset(agent["auto_approve"]),
+                        stored_result=lambda call_id: _stored(pool, execution_id, call_id),
+                        store_result=lambda call_id, text, ok: _store(pool, execution_id,
+                                                                      call_id, text, ok))
+    return Loop(run_input=execution["input"], provider=deps.provider, toolbox=toolbox,
+                journal=journal, policy=policy,
+                gate=GateSettings(continuation_units=s.continuation_units,
+                                  judge_window=s.judge_window),
+                max_turns=s.max_model_turns,
+                cancel_requested=lambda: _cancel_requested(pool, execution_id))
 
 
 async def _finish(journal: RunJournal, outcome: RunOutcome, bound) -> dict[str, Any]:
@@ -118,12 +184,34 @@ async def _timed_out(execution_id: UUID, journal: RunJournal, pool: AsyncConnect
     return {"status": "failed", "outcome": "timed_out"}
 
 
-async def _load_agent(pool: AsyncConnectionPool, agent_id: UUID) -> dict[str, Any] | None:
+async def _fetch(pool: AsyncConnectionPool, query: str, params: dict) -> dict | None:
     async with pool.connection() as conn:
-        cursor = await conn.execute(QUERIES["get_agent_for_run"], {"agent_id": agent_id})
+        cursor = await conn.execute(QUERIES[query], params)
         return await cursor.fetchone()
+
+
+async def _load_agent(pool: AsyncConnectionPool, agent_id: UUID) -> dict[str, Any] | None:
+    return await _fetch(pool, "get_agent_for_run", {"agent_id": agent_id})
 
 
 async def _remove_schedules(pool: AsyncConnectionPool, agent_id: UUID) -> None:
     async with pool.connection() as conn:
         await conn.execute(QUERIES["delete_agent_schedules"], {"agent_id": agent_id})
+
+
+async def _cancel_requested(pool: AsyncConnectionPool, execution_id: UUID) -> bool:
+    row = await _fetch(pool, "cancel_requested", {"execution_id": execution_id})
+    return bool(row and row["requested"])
+
+
+async def _stored(pool: AsyncConnectionPool, execution_id: UUID, call_id: str):
+    row = await _fetch(pool, "get_tool_call_result",
+                       {"execution_id": execution_id, "tool_call_id": call_id})
+    return (row["result"], row["ok"]) if row else None
+
+
+async def _store(pool: AsyncConnectionPool, execution_id: UUID, call_id: str, text: str,
+                 ok: bool) -> None:
+    async with pool.connection() as conn:
+        await conn.execute(QUERIES["record_tool_call_result"], {
+            "execution_id": execution_id, "tool_call_id": call_id, "result": text, "ok": ok})

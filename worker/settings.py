@@ -10,9 +10,18 @@ class WorkerSettings(BaseSettings):
     poll_interval_seconds: float = 1.0
     lease_seconds: int = 60
     shutdown_grace_seconds: float = 30.0
-    # A guard against a model that never stops calling tools until the walls arrive to do it
-    # properly; past it the run ends as hard_stop.
+    # Past this many model turns a run ends as hard_stop even without tool calls to meter
+    # (the walls below meter tool calls; this bounds a model that only talks).
     max_model_turns: int = 500
+    # The four walls and the hard cap (DESIGN.md "The four walls"); hard_cap 0 disables it.
+    per_tool_cap: int = 40
+    aggregate_cap: int = 40
+    delivery_reserve: int = 5
+    query_loop_cap: int = 10
+    hard_cap: int = 100
+    # The stop gate.
+    continuation_units: int = 20
+    judge_window: int = 8
     offload_threshold_chars: int = 4000
     offload_preview_chars: int = 800
     journal_batch_events: int = 32

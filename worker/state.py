@@ -1,4 +1,4 @@
-"""A run's state: everything needed to continue it, serializable to Postgres."""
+"""A run's state: everything needed to continue it, serializable to Postgres for a suspension."""
 
 from __future__ import annotations
 
@@ -6,9 +6,22 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.model import Message, RunView
+from worker.model import Message, RunView, ToolCall
+from worker.walls import Meter
 
 STATE_VERSION = 1
+
+
+class CorruptState(ValueError):
+    """Saved state that this worker cannot continue from (corrupt, or another version)."""
+
+
+@dataclass
+class Pending:
+    """The tool calls of the turn that paused, the first of them awaiting a decision."""
+
+    step: int
+    calls: list[ToolCall]
 
 
 @dataclass
@@ -17,19 +30,46 @@ class RunState:
     model_turns: int = 0
     judge_calls: int = 0
     plan: dict[str, Any] = field(default_factory=lambda: {"steps": []})
+    meter: Meter = field(default_factory=Meter)
+    units_left: int = 20
+    pending: Pending | None = None
 
     @classmethod
-    def start(cls, instructions: str, run_input: dict[str, Any]) -> "RunState":
+    def start(cls, instructions: str, run_input: dict[str, Any], *, units: int) -> "RunState":
         return cls([Message("system", instructions or "You are a helpful agent."),
-                    Message("user", task_text(run_input))])
+                    Message("user", task_text(run_input))], units_left=units)
 
     def view(self, run_input: dict[str, Any]) -> RunView:
         return RunView(run_input, self.model_turns, self.judge_calls)
 
     def to_state(self) -> dict[str, Any]:
+        pending = None
+        if self.pending is not None:
+            pending = {"step": self.pending.step,
+                       "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                                 for c in self.pending.calls]}
         return {"version": STATE_VERSION, "messages": [m.to_state() for m in self.messages],
                 "model_turns": self.model_turns, "judge_calls": self.judge_calls,
-                "plan": self.plan}
+                "plan": self.plan, "meter": self.meter.to_state(), "units_left": self.units_left,
+                "pending": pending}
+
+    @classmethod
+    def from_state(cls, saved: Any) -> "RunState":
+        if not isinstance(saved, dict) or saved.get("version") != STATE_VERSION:
+            version = saved.get("version") if isinstance(saved, dict) else None
+            raise CorruptState(f"saved run state has version {version!r}; this worker continues "
+                               f"version {STATE_VERSION} only")
+        try:
+            pending = saved["pending"]
+            return cls(messages=[Message.from_state(m) for m in saved["messages"]],
+                       model_turns=int(saved["model_turns"]), judge_calls=int(saved["judge_calls"]),
+                       plan=dict(saved["plan"]), meter=Meter.from_state(saved["meter"]),
+                       units_left=int(saved["units_left"]),
+                       pending=None if pending is None else Pending(
+                           int(pending["step"]),
+                           [ToolCall(c["id"], c["name"], dict(c["arguments"])) for c in pending["calls"]]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptState(f"saved run state is unreadable ({type(exc).__name__}: {exc})")
 
 
 def task_text(run_input: dict[str, Any]) -> str:

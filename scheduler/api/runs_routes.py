@@ -12,7 +12,8 @@ from scheduler.api.deps import Session, session
 from scheduler.pagination import check_limit, decode_cursor, page
 from scheduler.runs import get_run, public_run
 from scheduler.serialize import EVENT_FIELDS, pick
-from sql.errors import NotAcceptable
+from sql import QUERIES
+from sql.errors import Conflict, NotAcceptable
 from sql.journal import events_after
 from sql import QUERIES
 
@@ -47,3 +48,16 @@ async def events(run_id: UUID, request: Request, after: Annotated[int, Query(ge=
     await get_run(s.conn, s.principal, run_id)
     rows = await events_after(s.conn, run_id, after, limit=100_000)
     return {"items": [pick(row, EVENT_FIELDS) for row in rows]}
+
+
+@router.post("/{run_id}/cancel", status_code=202)
+async def cancel(run_id: UUID, s: Session = Depends(session)) -> dict:
+    """A queued run is cancelled at once; a running one stops at its next turn boundary."""
+    async with s.conn.transaction():
+        row = await (await s.conn.execute(QUERIES["request_cancel"], {
+            "id": run_id, "tenant_id": s.principal.tenant_id})).fetchone()
+    if row is None:
+        run = await get_run(s.conn, s.principal, run_id)  # 404 when it is not this tenant's
+        raise Conflict(f"run {run_id} is {run['status']} and can no longer be cancelled",
+                       status=run["status"])
+    return public_run(row)

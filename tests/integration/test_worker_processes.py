@@ -23,7 +23,7 @@ def agent_with_tools(db_url: str, tools: list[str]) -> Principal:
     with psycopg.connect(db_url) as conn:
         tenant = make_tenant(conn)
         agent = make_agent(conn, tenant)
-        conn.execute("UPDATE agents SET tools = %s", (tools,))
+        conn.execute("UPDATE agents SET tools = %s, auto_approve = %s", (tools, tools))
     return Principal(tenant, True), agent
 
 

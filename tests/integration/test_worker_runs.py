@@ -59,15 +59,17 @@ async def test_a_scripted_run_goes_from_queued_to_done_with_every_event_in_order
     assert run["started_at"] and run["finished_at"]
     assert [e["type"] for e in journal] == [
         "run_start", "step_start", "tool_start", "tool_complete", "step_start", "content_delta",
-        "run_complete"]
-    assert [e["seq"] for e in journal] == list(range(1, 8))
+        "gate_decision", "run_complete"]
+    assert [e["seq"] for e in journal] == list(range(1, 9))
     by_seq = {e["seq"]: e for e in journal}
     assert by_seq[3]["parent_seq"] == 2 and by_seq[4]["parent_seq"] == 3
-    assert by_seq[6]["parent_seq"] == 5 and by_seq[7]["parent_seq"] == 1
+    assert by_seq[6]["parent_seq"] == 5 and by_seq[7]["parent_seq"] == 5
+    assert by_seq[8]["parent_seq"] == 1
     assert by_seq[3]["payload"]["tool"] == "demo.get_record"
     assert by_seq[4]["payload"]["ok"] is True
     assert by_seq[6]["payload"]["text"] == "Record 1 is an invoice."
-    assert by_seq[7]["payload"]["outcome"] == "done"
+    assert by_seq[7]["payload"]["verdict"] == "done"  # the judge's (scripted) verdict
+    assert by_seq[8]["payload"]["outcome"] == "done"
 
 
 async def test_the_same_execution_delivered_ten_times_concurrently_runs_once(api, pool, db_url):
@@ -82,7 +84,7 @@ async def test_the_same_execution_delivered_ten_times_concurrently_runs_once(api
     assert scalar(db_url, "SELECT count(*) FROM run_events WHERE type = 'run_start'") == 1
     assert scalar(db_url, "SELECT count(*) FROM execution_claims") == 1
     assert scalar(db_url, "SELECT count(*) FROM run_events WHERE execution_id = %s",
-                  (run_id,)) == 4  # run_start, step_start, content_delta, run_complete
+                  (run_id,)) == 5  # run_start, step_start, content_delta, gate_decision, run_complete
 
 
 async def test_a_run_whose_agent_is_gone_fails_in_band_and_removes_its_schedules(api, pool, db_url):

@@ -1,0 +1,40 @@
+"""Approvals: a person decides a paused tool call once; the decision queues the run's resume."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from scheduler.serialize import pick
+from scheduler.tokens import Principal
+from sql import QUERIES
+from sql.errors import Conflict, NotFound
+
+APPROVAL_FIELDS = ("id", "execution_id", "tool", "arguments", "status", "reason", "created_at",
+                   "decided_at")
+
+
+def public_approval(row: dict[str, Any]) -> dict[str, Any]:
+    return pick(row, APPROVAL_FIELDS)
+
+
+async def decide(conn: AsyncConnection, principal: Principal, approval_id: str, *,
+                 approve: bool, reason: str | None) -> dict[str, Any]:
+    """Approve or reject a pending approval; a second decision is a Conflict."""
+    async with conn.transaction():
+        cursor = await conn.execute(QUERIES["decide_approval"], {
+            "id": approval_id, "tenant_id": principal.tenant_id,
+            "status": "approved" if approve else "rejected", "reason": reason})
+        row = await cursor.fetchone()
+    if row is not None:
+        return public_approval(row)
+    cursor = await conn.execute(QUERIES["get_approval"],
+                                {"id": approval_id, "tenant_id": principal.tenant_id})
+    existing = await cursor.fetchone()
+    if existing is None:
+        raise NotFound("approval", approval_id, "list approvals with GET /v1/approvals")
+    error = Conflict(f"approval {approval_id} was already {existing['status']}; a decision is "
+                     "made once", status=existing["status"])
+    error.code = "already_decided"
+    raise error

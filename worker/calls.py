@@ -1,0 +1,103 @@
+"""One tool call, start to end: the walls, the approval check, execution and its journal.
+
+Order matters: an unknown tool is refused first; then the walls decide (and the meter counts
+the attempt); then a call that needs a person pauses the run; only then does anything run.
+A completed call that needed approval is recorded in the tool-call idempotency store, so a
+resume delivered twice never runs it twice (a pause itself is never recorded).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Awaitable, Callable
+
+from sql import failpoints
+from sql.journal import RunJournal
+from worker.model import Message, ToolCall
+from worker.toolbox import ToolBox, refusal
+from worker.tools.registry import ToolSpec
+from worker.walls import Refuse, WallSettings, check_call, record_call
+from worker.state import RunState
+
+APPROVAL_CLASSES = ("send", "write", "delete")
+
+
+@dataclass
+class NeedsApproval:
+    call: ToolCall
+    spec: ToolSpec
+
+
+@dataclass
+class CallPolicy:
+    walls: WallSettings
+    auto_approve: frozenset[str]
+    stored_result: Callable[[str], Awaitable[tuple[str, bool] | None]]
+    store_result: Callable[[str, str, bool], Awaitable[None]]
+
+
+def needs_approval(spec: ToolSpec, policy: CallPolicy) -> bool:
+    """Deny by default: external send/write/delete tools wait for a person unless the
+    operator put them on the agent's auto_approve list."""
+    return (not spec.is_local and spec.tool_class in APPROVAL_CLASSES
+            and spec.key not in policy.auto_approve)
+
+
+async def process_call(call: ToolCall, state: RunState, toolbox: ToolBox, journal: RunJournal,
+                       policy: CallPolicy, step: int) -> Message | NeedsApproval:
+    spec = toolbox.spec(call.name)
+    if spec is None:
+        state.meter.external_attempts += 1  # a loop on a made-up tool still reaches the hard cap
+        text = refusal(call.name, "this agent has no such tool",
+                       f"use one of: {', '.join(s.name for s in toolbox.schemas()) or 'no tools'}")
+        return refused(journal, call, "unknown_tool", text, step)
+    decision = check_call(call, spec, state.meter, policy.walls)
+    record_call(call, spec, state.meter, decision)
+    if isinstance(decision, Refuse):
+        return refused(journal, call, decision.wall, decision.message, step)
+    if needs_approval(spec, policy):
+        return NeedsApproval(call, spec)
+    return await execute(call, spec, toolbox, journal, policy, step,
+                         auto_approved=spec.key in policy.auto_approve)
+
+
+def refused(journal: RunJournal, call: ToolCall, wall: str, text: str, step: int) -> Message:
+    journal.emit("budget_refusal", {"tool": call.name, "wall": wall, "message": text,
+                                    "call_id": call.id}, parent=step)
+    return Message("tool", text, tool_call_id=call.id)
+
+
+async def execute(call: ToolCall, spec: ToolSpec, toolbox: ToolBox, journal: RunJournal,
+                  policy: CallPolicy, step: int, *, approval_id: str | None = None,
+                  auto_approved: bool = False) -> Message:
+    started = journal.emit("tool_start", {
+        "tool": spec.key, "call_id": call.id, "arguments": call.arguments,
+        **({"approval_id": approval_id} if approval_id else {}),
+        **({"auto_approved": True} if auto_approved else {})}, parent=step)
+    stored = await policy.stored_result(call.id) if spec.tool_class in APPROVAL_CLASSES else None
+    if stored is not None:
+        text, ok = stored  # it already ran (a resume delivered twice): never run it again
+    else:
+        outcome = await toolbox.call(call, step=step)
+        text, ok = outcome.text, outcome.ok
+        await failpoints.hit("run.after_tool_effect_before_tool_complete")
+        if spec.tool_class in APPROVAL_CLASSES:
+            await policy.store_result(call.id, text, ok)
+    journal.emit("tool_complete", {"tool": spec.key, "call_id": call.id, "ok": ok,
+                                   "result_chars": len(text), "replayed": stored is not None},
+                 parent=started)
+    return Message("tool", text, tool_call_id=call.id)
+
+
+def rejected(journal: RunJournal, call: ToolCall, reason: str | None, step: int) -> Message:
+    why = "a person rejected it" + (f" ({reason})" if reason else "")
+    text = refusal(call.name, why, "do not try this call again; continue the task without it "
+                                   "and say in your answer that it was not done")
+    return refused(journal, call, "approval_rejected", text, step)
+
+
+def approval_payload(call: ToolCall, spec: ToolSpec, approval_id: str) -> dict:
+    return {"approval_id": approval_id, "tool": spec.key, "call_id": call.id,
+            "arguments": json.loads(json.dumps(call.arguments, default=str)),
+            "tool_class": spec.tool_class}

@@ -1,0 +1,179 @@
+"""The stop gate: what a turn without tool calls means (DESIGN.md, "The stop gate").
+
+A turn with no tool call is the only place a run can stop, and one signal hides three cases:
+done (a real, complete answer), question (deliberately asking the user) and stalled (the task
+unfinished without asking: narrated an action it never took, partial data, a skipped step).
+
+1. A plan decides first: any open step rejects the stop and names that step; all steps
+   completed ends the run as done. The plan binds the model that wrote it.
+2. Without a plan the ``judge`` alias classifies the stop (``judge_messages`` builds its
+   prompt, ``parse_verdict`` reads it). No string heuristics over the agent's text.
+3. Every rejected stop spends one continuation unit; units are never refunded (there is no
+   function to do it), so hollow tool calls between stalls cannot keep a run alive. On the
+   last unit the injection asks the model to wrap up with what it has.
+
+Pure: the caller holds ``units_left`` and decrements it when ``spends_unit`` is True.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from worker.model import Message
+
+VERDICTS = ("done", "question", "stalled")
+UNREADABLE = "the judge's verdict could not be read"
+WRAP_UP = ("This is your last chance to continue: wrap up with what you have and give your "
+           "best final answer now.")
+TOOL_RESULT_CHARS = 500  # the judge needs to see that a result came back, not all of it
+CONTENT_CHARS = 4000  # keeps one huge message from crowding out the rest of the window
+
+_FIRST_WORD = re.compile(r"^[\W_]*([A-Za-z]+)(.*)$", re.DOTALL)  # markdown may wrap it
+# What separates the verdict from its reason: "stalled: …", "**Stalled** - …", "done."
+_SEPARATOR = re.compile("^[\\s*_:;,.!\\-\u2013\u2014]+")  # dashes: hyphen, en, em
+
+JUDGE_SYSTEM = """You judge why an AI agent stopped. Its last turn made no tool call, which \
+ends its run unless you say otherwise. Read the transcript and classify that last turn:
+
+done - the agent delivered a real, complete answer to the task, backed by work the \
+transcript shows it actually did.
+question - the agent is deliberately asking the user for something it needs. Asking is \
+always allowed; a genuine question is never a stall.
+stalled - the agent stopped with the task unfinished without asking: it narrated an action \
+it never took (no tool call in the transcript shows it), returned partial data, or skipped \
+a step.
+
+Judge the evidence in the transcript, not the agent's claims about itself.
+Answer with ONE word first (done, question or stalled), then ': ' and a short reason. For \
+stalled, the reason names what is missing, e.g. "stalled: record 3 was never fetched"."""
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    continuation_units: int = 20
+    judge_window: int = 8
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    # done | question | stalled | plan_open | plan_complete | hard_stop | cancelled | stalled_out
+    verdict: str
+    stop: bool  # True ends the run
+    outcome: str | None  # when stop: done | question | hard_stop | cancelled | stalled_out
+    reason: str  # why, for the journal (a sentence)
+    inject: str | None  # a continuation message to inject before the next turn (when not stop)
+    spends_unit: bool
+
+
+def open_steps(plan: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The plan's steps whose status is not "completed", in plan order."""
+    steps = (plan or {}).get("steps") or []
+    return [step for step in steps if isinstance(step, dict) and step.get("status") != "completed"]
+
+
+def parse_verdict(text: str) -> tuple[str, str]:
+    """(verdict, reason) from the judge's reply. The first word, case-insensitive and with
+    punctuation stripped, decides; the text after it is the reason ("" when there is none).
+    Anything unreadable is ("stalled", "the judge's verdict could not be read: …"), because
+    a run must never end as done on a verdict nobody could read."""
+    match = _FIRST_WORD.match(text or "")
+    word = match.group(1).lower() if match else ""
+    if word not in VERDICTS:
+        shown = repr((text or "").strip()[:200]) if (text or "").strip() else "(empty)"
+        return "stalled", f"{UNREADABLE}: {shown}"
+    reason = _SEPARATOR.sub("", match.group(2)).strip()
+    return word, reason
+
+
+def judge_messages(window: list[Message]) -> list[Message]:
+    """The judge's prompt: a system message explaining the three verdicts and the answer
+    format, then one user message rendering the window (the last few messages of the run)."""
+    lines = [_render(message) for message in window]
+    body = ("Transcript (most recent last):\n\n" + "\n\n".join(lines) +
+            "\n\nClassify the agent's last turn: done, question or stalled.")
+    return [Message("system", JUDGE_SYSTEM), Message("user", body)]
+
+
+def _render(message: Message) -> str:
+    # Harness-written messages (nudges, refusals) are marked so the judge does not credit
+    # them to the agent.
+    role = f"{message.role} (harness)" if message.injected else message.role
+    limit = TOOL_RESULT_CHARS if message.role == "tool" else CONTENT_CHARS
+    parts = [f"{role}: {_truncate(message.content, limit)}"]
+    for call in message.tool_calls:
+        arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
+        parts.append(f"  -> calls {call.name}({_truncate(arguments, TOOL_RESULT_CHARS)})")
+    return "\n".join(parts)
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [truncated, {len(text)} characters in all]"
+
+
+def route(*, hard_stop: bool, cancel_requested: bool) -> str:
+    """Where the run goes next. Precedence is policy: the hard budget stop first (a runaway
+    with a pending cancel must still end as a hard stop), then the user's stop, then on."""
+    if hard_stop:
+        return "hard_stop"
+    if cancel_requested:
+        return "cancelled"
+    return "continue"
+
+
+def decide_without_judge(plan: dict[str, Any] | None, units_left: int) -> GateDecision | None:
+    """The plan's decision, or None when there is no plan (no steps): then ask the judge.
+
+    All steps completed ends the run as done. An open step rejects the stop, names the next
+    open step and spends a unit, so a model that never updates its plan still ends; with no
+    unit left the run ends as stalled_out. On the last unit the injection is the wrap-up."""
+    if not (plan or {}).get("steps"):
+        return None
+    remaining = open_steps(plan)
+    if not remaining:
+        return GateDecision("plan_complete", True, "done", "Every step of the plan is completed.",
+                            None, False)
+    step = remaining[0]
+    title, status = step.get("title", ""), step.get("status", "pending")
+    if units_left <= 0:
+        return _stalled_out(f"The plan still has {len(remaining)} open step(s), next "
+                            f"'{title}', and no continuation units are left.")
+    inject = WRAP_UP if units_left == 1 else (
+        f"Your plan is not finished. Next step: '{title}' ({status}). Do it now, then mark it "
+        "completed with update_plan.")
+    return GateDecision("plan_open", False, None,
+                        f"The plan has {len(remaining)} open step(s); next is '{title}' "
+                        f"({status}).", inject, True)
+
+
+def decide_with_verdict(verdict: str, reason: str, units_left: int) -> GateDecision:
+    """The decision for a judge's verdict. done and question end the run; stalled (and any
+    verdict not in VERDICTS) injects a continuation naming what is missing and spends a
+    unit, or ends the run as stalled_out when no unit is left."""
+    reason = (reason or "").strip()
+    said = f"The judge said {verdict}" + (f": {reason}" if reason else ".")
+    if verdict == "done":
+        return GateDecision("done", True, "done", said, None, False)
+    if verdict == "question":
+        return GateDecision("question", True, "question", said, None, False)
+    if units_left <= 0:
+        return _stalled_out(f"{said.rstrip('.')}; no continuation units are left.")
+    return GateDecision("stalled", False, None, said, _continuation(reason, units_left), True)
+
+
+def _continuation(reason: str, units_left: int) -> str:
+    if units_left == 1:
+        return WRAP_UP
+    # An unreadable verdict says nothing about the task, so it is not shown to the model.
+    missing = reason.rstrip(".") if reason and not reason.startswith(UNREADABLE) else ""
+    told = f"You stopped before the task was finished: {missing}." if missing else \
+        "You stopped before the task was finished."
+    return f"{told} Continue: do the missing work with your tools, then answer."
+
+
+def _stalled_out(reason: str) -> GateDecision:
+    return GateDecision("stalled_out", True, "stalled_out", reason, None, False)

@@ -28,6 +28,10 @@ def register(app: typer.Typer) -> None:
     app.add_typer(schedule_app, name="schedule")
     app.command("run")(run_agent)
     app.command("runs")(list_runs)
+    app.command("approvals")(list_approvals)
+    app.command("approve")(approve)
+    app.command("reject")(reject)
+    app.command("cancel")(cancel)
 
 
 def call(client: ApiClient, method: str, path: str, **kwargs: Any) -> Any:
@@ -220,3 +224,35 @@ def list_runs(agent: Optional[str] = None, schedule: Optional[str] = None,
         table.add_row(r["id"], f"{r['trigger_type']}/{r['trigger_source']}", r["status"],
                       r["outcome"] or "-", r["scheduled_for"], str(r["attempt"]))
     out.print(table)
+
+
+def list_approvals(status: str = typer.Option("pending", help="pending, approved or rejected.")) -> None:
+    """Tool calls waiting for a person (or already decided)."""
+    table = Table("id", "tool", "arguments", "status")
+    for a in ApiClient().items("/v1/approvals", {"status": status}):
+        table.add_row(a["id"], a["tool"], json.dumps(a["arguments"])[:80], a["status"])
+    out.print(table)
+
+
+def _decide(approval_id: str, verb: str, reason: str | None) -> None:
+    body = {"reason": reason} if reason else None
+    decided = call(ApiClient(), "POST", f"/v1/approvals/{approval_id}/{verb}", json=body)
+    out.print(f"approval {decided['id']} is {decided['status']}; the run resumes on a worker",
+              highlight=False)
+
+
+def approve(approval_id: str, reason: Optional[str] = typer.Option(None)) -> None:
+    """Let a paused tool call run."""
+    _decide(approval_id, "approve", reason)
+
+
+def reject(approval_id: str, reason: Optional[str] = typer.Option(None)) -> None:
+    """Refuse a paused tool call; the run goes on without it."""
+    _decide(approval_id, "reject", reason)
+
+
+def cancel(run_id: str) -> None:
+    """Cancel a run: at once if queued, at its next turn if running."""
+    run = call(ApiClient(), "POST", f"/v1/runs/{run_id}/cancel")
+    state = "cancelled" if run["status"] == "cancelled" else "asked to stop at its next turn"
+    out.print(f"run {run['id']} {state}", highlight=False)

@@ -37,11 +37,15 @@ class CallPolicy:
     store_result: Callable[[str, str, bool], Awaitable[None]]
 
 
-def needs_approval(spec: ToolSpec, policy: CallPolicy) -> bool:
-    """Deny by default: external send/write/delete tools wait for a person unless the
-    operator put them on the agent's auto_approve list."""
-    return (not spec.is_local and spec.tool_class in APPROVAL_CLASSES
-            and spec.key not in policy.auto_approve)
+def needs_approval(spec: ToolSpec, arguments: dict, policy: CallPolicy) -> bool:
+    """Deny by default: external send/write/delete tools wait for a person, unless the tool
+    declares its own rule (a flag or a predicate over the arguments) or the operator put it on
+    the agent's auto_approve list (their explicit choice, which wins)."""
+    if spec.is_local or spec.key in policy.auto_approve:
+        return False
+    if spec.approval is not None:
+        return spec.approval(arguments) if callable(spec.approval) else bool(spec.approval)
+    return spec.tool_class in APPROVAL_CLASSES
 
 
 async def process_call(call: ToolCall, state: RunState, toolbox: ToolBox, journal: RunJournal,
@@ -56,7 +60,7 @@ async def process_call(call: ToolCall, state: RunState, toolbox: ToolBox, journa
     record_call(call, spec, state.meter, decision)
     if isinstance(decision, Refuse):
         return refused(journal, call, decision.wall, decision.message, step)
-    if needs_approval(spec, policy):
+    if needs_approval(spec, call.arguments, policy):
         return NeedsApproval(call, spec)
     return await execute(call, spec, toolbox, journal, policy, step,
                          auto_approved=spec.key in policy.auto_approve)

@@ -17,6 +17,9 @@ from pydantic import BaseModel, ConfigDict, create_model
 
 ToolClass = Literal["read", "send", "write", "delete"]
 _MARK = "__tickwork_tool_class__"
+_APPROVAL = "__tickwork_approval__"
+# Whether a call needs a person: a fixed flag, or a predicate over the call's arguments.
+ApprovalRule = bool | Callable[[dict[str, Any]], bool] | None
 
 
 @dataclass(frozen=True)
@@ -28,12 +31,16 @@ class ToolSpec:
     parameters: dict[str, Any]
     function: Callable[..., Any] | None = None
     arguments: type[BaseModel] | None = None  # validates what the model passes
+    approval: ApprovalRule = None  # None: decided by the tool's class (deny by default)
 
 
-def tool(tool_class: ToolClass) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark a vendor function as a tool of the given class (read, send, write or delete)."""
+def tool(tool_class: ToolClass, *, approval: ApprovalRule = None
+         ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a vendor function as a tool of the given class (read, send, write or delete).
+    ``approval`` overrides the class default: True/False, or a predicate over the arguments."""
     def mark(function: Callable[..., Any]) -> Callable[..., Any]:
         setattr(function, _MARK, tool_class)
+        setattr(function, _APPROVAL, approval)
         return function
     return mark
 
@@ -71,7 +78,8 @@ def vendor_tools(package: str = "worker.vendors") -> list[ToolSpec]:
             if tool_class is not None:
                 specs.append(ToolSpec(f"{info.name}.{name}", tool_class, False,
                                       inspect.getdoc(function) or "", parameters_schema(function),
-                                      function, arguments_model(function)))
+                                      function, arguments_model(function),
+                                      getattr(function, _APPROVAL, None)))
     return specs
 
 

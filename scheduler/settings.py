@@ -14,4 +14,7 @@ class SchedulerSettings(BaseSettings):
     default_max_attempts: int = 3
     retention_days: int = 30
     retention_batch_size: int = 1000
+    sse_keepalive_seconds: float = 15.0
+    tail_poll_seconds: float = 1.0
+    stream_ticket_ttl_seconds: int = 600
     test_mode: bool = False

@@ -112,4 +112,34 @@ async def api(pool, settings, tokens):
     async with httpx.AsyncClient(transport=transport, base_url="http://tickwork.test",
                                  headers={"Authorization": f"Bearer {tokens['acme']}"}) as client:
         client.tokens = tokens
+        client.app = app
         yield client
+    from scheduler.api.app import stop_hub
+
+    await stop_hub(app)
+
+
+@pytest.fixture
+async def live_api(pool, settings, tokens):
+    """The real app served by uvicorn on a free loopback port (streaming needs a real server)."""
+    import asyncio
+    import socket
+
+    import uvicorn
+
+    from scheduler.api.app import create_app, stop_hub
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    app = create_app(settings, pool=pool)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="off"))
+    server.install_signal_handlers = lambda: None
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    yield {"url": f"http://127.0.0.1:{port}", "app": app, "tokens": tokens, "server": server}
+    server.should_exit = True
+    await task
+    await stop_hub(app)

@@ -23,7 +23,7 @@ from worker.agent_loop import ROOT_SEQ, Loop, RunOutcome, Suspension, run_agent,
 from worker.calls import CallPolicy, approval_payload, execute, rejected
 from worker.claim import LeasedTask, claim_execution, claim_resume
 from worker.model import ModelProvider
-from worker.redact import redact
+from worker.redact import for_journal, redact
 from worker.settings import WorkerSettings
 from worker.state import STATE_VERSION, CorruptState, RunState
 from worker.stop_gate import GateSettings
@@ -58,7 +58,7 @@ async def handle_task(task: LeasedTask, deps: RunDeps) -> dict[str, Any]:
     execution = claim.execution
     next_seq = (execution["last_seq"] or 0) + 1 if resume else ROOT_SEQ + 1
     journal = RunJournal(deps.pool, execution["id"], claim.run_token, next_seq=next_seq,
-                         redact=redact)
+                         redact=for_journal)
     bound = log.bind(execution_id=str(execution["id"]), agent_id=str(execution["agent_id"]),
                      schedule_id=str(execution["schedule_id"]))
     bound.info("run_resumed" if resume else "run_started", attempt=execution["attempt"])

@@ -98,3 +98,22 @@ def _redact_item(key: Any, item: Any) -> Any:
     if isinstance(item, str) and item and isinstance(key, str) and is_secret_key(key):
         return REDACTED
     return redact(item)
+
+
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def for_journal(value: Any) -> Any:
+    """A journal payload: secrets redacted, and text Postgres' jsonb can store (NUL and lone
+    UTF-16 surrogates become U+FFFD, the replacement character)."""
+    return _storable(redact(value))
+
+
+def _storable(value: Any) -> Any:
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    if isinstance(value, dict):
+        return {_storable(key): _storable(item) for key, item in value.items()}
+    return value

@@ -17,6 +17,13 @@ from sql.db import open_pool
 MAX_BODY_BYTES = 1024 * 1024
 
 
+async def stop_hub(app: FastAPI) -> None:
+    hub = getattr(app.state, "hub", None)
+    if hub is not None:
+        await hub.stop()
+        app.state.hub = None
+
+
 def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
                pool: AsyncConnectionPool | None = None) -> FastAPI:
     """Build the app around an existing pool, or one it opens from ``database_url`` at startup."""
@@ -28,6 +35,7 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
         try:
             yield
         finally:
+            await stop_hub(app)
             if owned:
                 await app.state.pool.close()
 

@@ -58,3 +58,26 @@ async def admin_principal(principal: Principal = Depends(principal_only)) -> Pri
     if not principal.is_admin:
         raise Forbidden("this route needs an admin token (`tickwork token create --admin`)")
     return principal
+
+
+def hub_of(request: Request):
+    """The process's one event hub, started on first use (one LISTEN connection per process)."""
+    from scheduler.api.hub import EventHub
+
+    state = request.app.state
+    if getattr(state, "hub", None) is None:
+        settings = settings_of(request)
+        state.hub = EventHub(pool_of(request), pool_of(request).conninfo,
+                             poll_seconds=settings.tail_poll_seconds)
+        state.hub.start()
+    return state.hub
+
+
+async def counted(app, body):
+    """Count live tails for the metrics while a stream is open."""
+    app.state.sse_subscribers = getattr(app.state, "sse_subscribers", 0) + 1
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        app.state.sse_subscribers -= 1

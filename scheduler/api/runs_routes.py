@@ -6,14 +6,19 @@ from uuid import UUID
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import StreamingResponse
 
-from scheduler.api.deps import Session, session
+from scheduler.api.deps import (Session, counted, hub_of, pool_of, principal_only, session,
+                                settings_of)
 from scheduler.pagination import check_limit, decode_cursor, page
 from scheduler.runs import get_run, public_run
-from scheduler.serialize import EVENT_FIELDS, pick
+from scheduler.serialize import EVENT_FIELDS, pick, utc_text
+from scheduler.tail import (MAX_SEQ, check_resumable, create_ticket, principal_from_ticket,
+                            resume_point, stream)
+from scheduler.tokens import Principal
 from sql import QUERIES
-from sql.errors import Conflict, NotAcceptable
+from sql.errors import Conflict
 from sql.journal import events_after
 from sql import QUERIES
 
@@ -38,16 +43,37 @@ async def read(run_id: UUID, s: Session = Depends(session)) -> dict:
 
 
 @router.get("/{run_id}/events")
-async def events(run_id: UUID, request: Request, after: Annotated[int, Query(ge=0)] = 0,
-                 s: Session = Depends(session)) -> dict:
-    """The run's journal in seq order. (The live Server-Sent Events tail is not built yet;
-    ask for JSON with Accept: application/json.)"""
-    if "application/json" not in request.headers.get("accept", ""):
-        raise NotAcceptable("the live event stream (text/event-stream) is not available yet; "
-                            "send Accept: application/json for the stored journal")
-    await get_run(s.conn, s.principal, run_id)
-    rows = await events_after(s.conn, run_id, after, limit=100_000)
-    return {"items": [pick(row, EVENT_FIELDS) for row in rows]}
+async def events(run_id: UUID, request: Request, after: Annotated[int, Query(ge=0, le=MAX_SEQ)] = 0,
+                 ticket: Annotated[str | None, Query(max_length=100)] = None,
+                 last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None):
+    """The run's journal: Server-Sent Events that replay and then follow it live (resumable
+    with Last-Event-ID or ?after=), or, with Accept: application/json, the stored list."""
+    principal = await _tail_principal(request, run_id, ticket)
+    resume = resume_point(last_event_id, after)
+    async with pool_of(request).connection() as conn:
+        await check_resumable(conn, principal, run_id, resume)
+        if "application/json" in request.headers.get("accept", ""):
+            rows = await events_after(conn, run_id, resume, limit=100_000)
+            return {"items": [pick(row, EVENT_FIELDS) for row in rows]}
+    body = counted(request.app, stream(hub_of(request), pool_of(request), run_id, resume,
+                                       keepalive=settings_of(request).sse_keepalive_seconds))
+    return StreamingResponse(body, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.post("/{run_id}/stream-ticket", status_code=201)
+async def stream_ticket(run_id: UUID, request: Request, s: Session = Depends(session)) -> dict:
+    """A short-lived ticket to tail this one run, for browsers (EventSource sends no headers)."""
+    made = await create_ticket(s.conn, s.principal, run_id,
+                               settings_of(request).stream_ticket_ttl_seconds)
+    return {"ticket": made["ticket"], "expires_at": utc_text(made["expires_at"])}
+
+
+async def _tail_principal(request: Request, run_id: UUID, ticket: str | None) -> Principal:
+    if ticket is not None and "authorization" not in request.headers:
+        async with pool_of(request).connection() as conn:
+            return await principal_from_ticket(conn, ticket, run_id)
+    return await principal_only(request)  # the connection goes back before streaming
 
 
 @router.post("/{run_id}/cancel", status_code=202)

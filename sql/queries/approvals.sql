@@ -96,8 +96,10 @@ WITH target AS (
 ), dropped AS (
     DELETE FROM queue_tasks q USING cancelled c
      WHERE q.execution_id = c.id AND c.status = 'cancelled'
+), tails_woken AS (
+    SELECT pg_notify('tickwork_events', id::text) FROM cancelled
 )
-SELECT * FROM cancelled;
+SELECT cancelled.*, (SELECT count(*) FROM tails_woken) AS tails_woken FROM cancelled;
 
 -- name: cancel_requested
 SELECT cancel_requested_at IS NOT NULL AS requested FROM executions WHERE id = %(execution_id)s;

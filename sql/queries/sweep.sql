@@ -53,8 +53,11 @@ WITH stale AS (
     RETURNING 1
 ), notified AS (
     SELECT pg_notify('tickwork_tasks', 'run') FROM (SELECT 1 FROM queued LIMIT 1) AS any_queued
+), tails_woken AS (
+    SELECT pg_notify('tickwork_events', f.id::text) FROM failed f
 )
 SELECT (SELECT count(*) FROM failed) AS failed,
+       (SELECT count(*) FROM tails_woken) AS tails_woken,
        (SELECT count(*) FROM retried) AS retried,
        (SELECT count(*) FROM journaled) AS journaled,
        (SELECT count(*) FROM notified) AS notified;

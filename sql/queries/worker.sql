@@ -107,3 +107,17 @@ SELECT seq, parent_seq, type, payload, ts FROM run_events
 
 -- name: listen_for_tasks
 LISTEN tickwork_tasks;
+
+-- name: listen_for_events
+LISTEN tickwork_events;
+
+-- name: run_tail_state
+-- What a tail needs besides events: whether the run exists for this tenant, its status, and
+-- its last event.
+SELECT e.id, e.status, e.breadcrumb,
+       (SELECT max(seq) FROM run_events r WHERE r.execution_id = e.id) AS last_seq
+  FROM executions e
+ WHERE e.id = %(id)s AND e.tenant_id = %(tenant_id)s;
+
+-- name: run_status
+SELECT status FROM executions WHERE id = %(id)s;

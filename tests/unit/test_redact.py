@@ -147,3 +147,10 @@ def test_redaction_is_fast_and_linear():
     started = time.perf_counter()
     assert redact_text(blob) == blob
     assert time.perf_counter() - started < 1.0
+
+
+def test_journal_payloads_replace_what_jsonb_cannot_store_and_keep_the_rest():
+    from worker.redact import for_journal
+
+    payload = {"text": "a\x00b\ud800c", "k\x00": ["ok", "sk-" + "x" * 40]}
+    assert for_journal(payload) == {"text": "a\ufffdb\ufffdc", "k\ufffd": ["ok", "[REDACTED]"]}

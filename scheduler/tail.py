@@ -1,0 +1,137 @@
+"""The live tail of a run's journal as Server-Sent Events.
+
+Replays what is stored after the client's last event, then follows live through the hub;
+every frame's id is the event's per-run seq, so Last-Event-ID resumes exactly where the client
+stopped. A keepalive comment goes out when nothing else has for the keepalive interval (it
+uses no seq). The stream closes after run_complete, or when the run ended without one (a
+cancelled queued run); a suspended run stays open until it resumes or the client leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import secrets
+import time
+from typing import Any, AsyncIterator
+from uuid import UUID
+
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool
+
+from scheduler.api.hub import EventHub
+from scheduler.serialize import EVENT_FIELDS, pick
+from scheduler.tokens import Principal
+from sql import QUERIES
+from sql.errors import InvalidInput, NotFound, Unauthorized
+from sql.journal import events_after
+
+MAX_SEQ = 2**31 - 1
+PAGE = 1000
+TERMINAL_STATUSES = ("completed", "failed", "cancelled")
+_TICKET_FORMAT = re.compile(r"st_[A-Za-z0-9_-]{43}")
+
+
+def frame(event: dict[str, Any]) -> bytes:
+    """One SSE event. ensure_ascii keeps the data one line of plain ASCII whatever the text
+    holds (newlines, NUL, lone surrogates, lines that look like SSE fields)."""
+    data = json.dumps(pick(event, EVENT_FIELDS), ensure_ascii=True, separators=(",", ":"))
+    return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n".encode("ascii")
+
+
+def resume_point(last_event_id: str | None, after: int | None) -> int:
+    """The seq to resume after: Last-Event-ID (what a browser sends itself) wins over ?after=."""
+    if last_event_id is None:
+        return after or 0
+    text = last_event_id.strip()
+    if not text.isascii() or not text.isdigit() or int(text) > MAX_SEQ:
+        raise InvalidInput(f"Last-Event-ID must be an event's seq (a whole number from 0), "
+                           f"got {last_event_id[:40]!r}", code="invalid_last_event_id",
+                           field="Last-Event-ID")
+    return int(text)
+
+
+async def check_resumable(conn: AsyncConnection, principal: Principal, run_id: UUID,
+                          after: int) -> dict[str, Any]:
+    cursor = await conn.execute(QUERIES["run_tail_state"],
+                                {"id": run_id, "tenant_id": principal.tenant_id})
+    run = await cursor.fetchone()
+    if run is None:
+        raise NotFound("run", run_id, "list runs with GET /v1/runs")
+    if after > (run["last_seq"] or 0):
+        raise InvalidInput(f"after={after} is beyond run {run_id}'s last event "
+                           f"({run['last_seq'] or 0}); resume from a seq you received",
+                           code="after_beyond_end", field="after")
+    return run
+
+
+async def stream(hub: EventHub, pool: AsyncConnectionPool, run_id: UUID, after: int, *,
+                 keepalive: float) -> AsyncIterator[bytes]:
+    last, quiet_since, from_table = after, time.monotonic(), True  # replay the table first
+    async with hub.subscribe(run_id, after) as feed:
+        while True:
+            changed = feed.changed  # taken before looking, so no wake-up is missed
+            batch = feed.after(last)
+            if from_table or batch is None:  # the start, or a gap the buffer cannot fill
+                batch = await _from_table(pool, run_id, last)
+                from_table = len(batch) == PAGE  # a full page: there may be more
+            for event in batch:
+                yield frame(event)
+                last, quiet_since = event["seq"], time.monotonic()
+                if event["type"] == "run_complete":
+                    return
+            if batch:
+                continue
+            if await _ended_without_terminal_event(pool, run_id):
+                return
+            wait = keepalive - (time.monotonic() - quiet_since)
+            try:
+                await asyncio.wait_for(changed.wait(), timeout=max(wait, 0.01))
+            except asyncio.TimeoutError:
+                yield b": keepalive\n\n"
+                quiet_since = time.monotonic()
+
+
+async def _from_table(pool: AsyncConnectionPool, run_id: UUID, after: int) -> list[dict]:
+    async with pool.connection() as conn:
+        return await events_after(conn, run_id, after, limit=PAGE)
+
+
+async def _ended_without_terminal_event(pool: AsyncConnectionPool, run_id: UUID) -> bool:
+    """A run cancelled before it started has no events at all; its stream just ends."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(QUERIES["run_status"], {"id": run_id})
+        row = await cursor.fetchone()
+    return row is None or (row["status"] in ("failed", "cancelled"))
+
+
+def hash_ticket(ticket: str) -> bytes:
+    return hashlib.sha256(ticket.encode()).digest()
+
+
+async def create_ticket(conn: AsyncConnection, principal: Principal, run_id: UUID,
+                        ttl_seconds: int) -> dict[str, Any]:
+    cursor = await conn.execute(QUERIES["get_execution"],
+                                {"id": run_id, "tenant_id": principal.tenant_id})
+    if await cursor.fetchone() is None:
+        raise NotFound("run", run_id, "list runs with GET /v1/runs")
+    ticket = "st_" + secrets.token_urlsafe(32)
+    cursor = await conn.execute(QUERIES["insert_stream_ticket"], {
+        "ticket_hash": hash_ticket(ticket), "tenant_id": principal.tenant_id,
+        "execution_id": run_id, "ttl_seconds": ttl_seconds})
+    row = await cursor.fetchone()
+    return {"ticket": ticket, "expires_at": row["expires_at"]}
+
+
+async def principal_from_ticket(conn: AsyncConnection, ticket: str, run_id: UUID) -> Principal:
+    if not _TICKET_FORMAT.fullmatch(ticket):
+        raise Unauthorized("the stream ticket is malformed; get one with "
+                           "POST /v1/runs/{id}/stream-ticket")
+    cursor = await conn.execute(QUERIES["find_stream_ticket"],
+                                {"ticket_hash": hash_ticket(ticket), "execution_id": run_id})
+    row = await cursor.fetchone()
+    if row is None:
+        raise Unauthorized("the stream ticket is unknown, expired, or for another run")
+    return Principal(tenant_id=row["tenant_id"], is_admin=False)

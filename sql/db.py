@@ -38,11 +38,14 @@ def connect_kwargs(application_name: str) -> dict[str, Any]:
 
 
 async def open_pool(url: str, *, application_name: str, min_size: int = 1,
-                    max_size: int = 10) -> AsyncConnectionPool:
-    """Open the process's pool and wait until one connection works (retrying while Postgres starts)."""
+                    max_size: int = 10, check: bool = True) -> AsyncConnectionPool:
+    """Open the process's pool and wait until one connection works (retrying while Postgres
+    starts). ``check`` tests each connection as it leaves the pool (one round trip); the
+    worker turns it off on its hot path, where every statement already copes with a lost
+    connection (a broken connection is discarded when it comes back to the pool)."""
     pool = AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False,
                                kwargs=connect_kwargs(application_name),
-                               check=AsyncConnectionPool.check_connection)
+                               check=AsyncConnectionPool.check_connection if check else None)
     await _open_with_retry(pool)
     return pool
 

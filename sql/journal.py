@@ -2,9 +2,9 @@
 
 A run has one writer at a time (the worker holding its run token), which numbers events
 itself: seq 1 is run_start (written with the claim), and every later event takes the next
-number. Events are buffered and appended in small batches, each batch in one short transaction
-that first takes a share lock on the running execution: an append after the sweep's verdict
-finds nothing to lock and writes nothing (the run is fenced), and the sweep's terminal event,
+number. Events are buffered and appended in small batches, each batch one statement that first
+takes a share lock on the running execution: an append after the sweep's verdict finds
+nothing to lock and writes nothing (the run is fenced), and the sweep's terminal event,
 numbered max(seq) + 1 under its own row lock, always comes last. One NOTIFY per batch wakes
 tails; nothing ever waits on a subscriber.
 """
@@ -49,6 +49,7 @@ class RunJournal:
         self._pool, self.execution_id, self.run_token = pool, execution_id, run_token
         self._next_seq, self._redact = next_seq, redact
         self._pending: list[PendingEvent] = []
+        self.cancel_requested = False  # learned with every append
 
     def emit(self, type: str, payload: dict[str, Any], parent: int | None = None) -> int:
         """Buffer an event (secrets redacted before it is ever stored); return its seq."""
@@ -59,32 +60,32 @@ class RunJournal:
 
     @_reconnecting
     async def flush(self) -> None:
-        """Append the buffered events; raise RunFenced if the run is no longer ours."""
+        """Append the buffered events (one statement); raise RunFenced if the run is no longer
+        ours. Also learns whether a person asked the run to stop."""
         if not self._pending:
             return
         async with self._pool.connection() as conn:
-            async with conn.transaction():
-                await self._lock(conn)
-                await self._append(conn)
+            row = await self._append(conn)
+        if not row["running"]:
+            self._pending = []
+            raise RunFenced(f"execution {self.execution_id} is no longer running")
+        self.cancel_requested = bool(row["cancel_requested"])
         self._pending = []
 
     @_reconnecting
     async def finish(self, *, status: str, outcome: str | None, reason: str | None = None,
                      breadcrumb: str | None = None) -> None:
         """Append what is buffered (the terminal event included) and record the verdict, in one
-        transaction; raise RunFenced if the sweep got there first."""
+        statement; raise RunFenced if the sweep got there first."""
         await failpoints.hit("run.before_complete_commit")
         async with self._pool.connection() as conn:
-            async with conn.transaction():
-                await self._lock(conn)
-                await self._append(conn)
-                cursor = await conn.execute(QUERIES["finish_execution"], {
-                    "execution_id": self.execution_id, "run_token": self.run_token,
-                    "status": status, "outcome": outcome, "reason": reason,
-                    "breadcrumb": breadcrumb})
-                if await cursor.fetchone() is None:
-                    raise RunFenced(f"execution {self.execution_id} is no longer running")
+            cursor = await conn.execute(QUERIES["finish_run"], {
+                **self._batch(), "run_token": self.run_token, "status": status,
+                "outcome": outcome, "reason": reason, "breadcrumb": breadcrumb})
+            row = await cursor.fetchone()
         self._pending = []
+        if not row["finished"]:
+            raise RunFenced(f"execution {self.execution_id} is no longer running")
 
     @_reconnecting
     async def suspend(self, *, state: dict[str, Any], version: int, approval_id: str,
@@ -93,7 +94,11 @@ class RunJournal:
         (completed, breadcrumb 'suspended', no terminal event), in one transaction."""
         async with self._pool.connection() as conn:
             async with conn.transaction():
-                await self._lock(conn)
+                cursor = await conn.execute(QUERIES["lock_running_execution"], {
+                    "execution_id": self.execution_id, "run_token": self.run_token})
+                if await cursor.fetchone() is None:
+                    self._pending = []
+                    raise RunFenced(f"execution {self.execution_id} is no longer running")
                 await self._append(conn)
                 await failpoints.hit("approval.after_pause_before_state_commit")
                 cursor = await conn.execute(QUERIES["suspend_for_approval"], {
@@ -104,24 +109,18 @@ class RunJournal:
                     raise RunFenced(f"execution {self.execution_id} is no longer running")
         self._pending = []
 
-    async def _lock(self, conn: AsyncConnection) -> None:
-        cursor = await conn.execute(QUERIES["lock_running_execution"], {
-            "execution_id": self.execution_id, "run_token": self.run_token})
-        if await cursor.fetchone() is None:
-            self._pending.clear()
-            raise RunFenced(f"execution {self.execution_id} is no longer running")
+    async def _append(self, conn: AsyncConnection) -> dict[str, Any]:
+        # The buffer is cleared only after success, so a retry after a lost connection appends
+        # the same events again, idempotently.
+        cursor = await conn.execute(QUERIES["append_run_events"],
+                                    {**self._batch(), "run_token": self.run_token})
+        return await cursor.fetchone()
 
-    async def _append(self, conn: AsyncConnection) -> None:
-        # The buffer is cleared only after commit (by the caller's success), so a retry after a
-        # lost connection appends the same events again, idempotently.
-        if not self._pending:
-            return
+    def _batch(self) -> dict[str, Any]:
         events = self._pending
-        await conn.execute(QUERIES["append_run_events"], {
-            "execution_id": self.execution_id, "seqs": [e.seq for e in events],
-            "parent_seqs": [e.parent_seq for e in events], "types": [e.type for e in events],
-            "payloads": [Jsonb(e.payload) for e in events]})
-        await conn.execute(QUERIES["notify_run_events"], {"execution_id": self.execution_id})
+        return {"execution_id": self.execution_id, "seqs": [e.seq for e in events],
+                "parent_seqs": [e.parent_seq for e in events], "types": [e.type for e in events],
+                "payloads": [Jsonb(e.payload) for e in events]}
 
 
 async def events_after(conn: AsyncConnection, execution_id: UUID, after: int,

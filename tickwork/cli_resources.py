@@ -15,6 +15,7 @@ from rich.table import Table
 from scheduler import localtime
 from tickwork.client import ApiClient, ApiError, fail
 from tickwork.local_zone import machine_zone
+from tickwork.tail import tail_run
 
 # Ids must stay whole when output is piped (rich would otherwise squeeze tables to 80 columns).
 out = Console(width=None if Console().is_terminal else 200)
@@ -32,6 +33,7 @@ def register(app: typer.Typer) -> None:
     app.command("approve")(approve)
     app.command("reject")(reject)
     app.command("cancel")(cancel)
+    app.command("tail")(tail_run)
 
 
 def call(client: ApiClient, method: str, path: str, **kwargs: Any) -> Any:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,7 +27,7 @@ from rich.live import Live
 from rich.text import Text
 from rich.tree import Tree
 
-from tickwork.client import err, fail
+from tickwork.client import fail
 from tickwork.settings import ClientSettings
 
 KEEPALIVE_SECONDS = 15
@@ -318,14 +317,14 @@ def build_view(run_id: str, events: Iterable[dict]) -> RunView:
     view = RunView(run_id, root)
     nodes: dict[int, Node] = {}
     tools: dict[str, Node] = {}  # by call id
-    approvals: dict[str, Node] = {}  # by call id
+    approvals: dict[str, tuple[Node, dict]] = {}  # by call id
     answer: list[tuple[Any, str]] = []
     for event in sorted(events, key=lambda e: e["seq"]):
         kind, seq, payload = event.get("type"), event["seq"], event.get("payload") or {}
         view.last_seq = seq
         parent = nodes.get(event.get("parent_seq"), root)
         if view.waiting_for is not None and kind != "approval_required":
-            view.waiting_for = None  # anything after the pause means the run was resumed
+            view.waiting_for, view.status = None, "running"  # the run was resumed
         if kind == "run_start":
             nodes[seq] = root
             view.status = "running"
@@ -335,7 +334,7 @@ def build_view(run_id: str, events: Iterable[dict]) -> RunView:
         if kind == "tool_complete":
             tool = nodes.get(event.get("parent_seq"))
             if tool is None or tool.kind != "tool":
-                tool = tools.get(payload.get("call_id"))
+                tool = tools.get(str(payload.get("call_id")))
             if tool is not None:
                 _complete_tool(tool, payload, _parse_ts(event.get("ts")))
                 nodes[seq] = tool
@@ -350,14 +349,14 @@ def build_view(run_id: str, events: Iterable[dict]) -> RunView:
         elif kind == "budget_refusal" and payload.get("wall") == "approval_rejected":
             _resolve_approval(approvals, payload, approved=False)
         elif kind == "approval_required":
-            approvals[str(payload.get("call_id"))] = node
-            view.waiting_for = str(payload.get("approval_id"))
+            approvals[str(payload.get("call_id"))] = (node, payload)
+            view.waiting_for, view.status = str(payload.get("approval_id")), "waiting for approval"
         elif kind == "run_complete":
             view.outcome = payload.get("outcome")
+            view.status = str(view.outcome or payload.get("status") or "ended")
         parent.children.append(node)
         nodes[seq] = node
     view.answer = _join_answer(answer)
-    view.status = _status(view)
     return view
 
 
@@ -418,22 +417,13 @@ def _complete_tool(tool: Node, payload: dict, finished: datetime | None) -> None
         tool.text += f"  {', '.join(details)}"
 
 
-def _resolve_approval(approvals: dict[str, Node], payload: dict, *, approved: bool) -> None:
-    node = approvals.pop(str(payload.get("call_id")), None)
+def _resolve_approval(approvals: dict[str, tuple[Node, dict]], payload: dict, *,
+                      approved: bool) -> None:
+    node, asked = approvals.pop(str(payload.get("call_id")), (None, None))
     if node is None:
         return
     node.mark, node.style = (OK, "green") if approved else (FAILED, "red")
-    node.text = ("approved: " if approved else "rejected: ") + node.text.split(": ", 1)[1] \
-        .split("; `tickwork approve", 1)[0]
-
-
-def _status(view: RunView) -> str:
-    end = next((n for n in view.root.children if n.kind == "end"), None)
-    if end is not None:
-        return end.text.split(":", 1)[0].split(" (retried", 1)[0]
-    if view.waiting_for is not None:
-        return "waiting for approval"
-    return view.status
+    node.text = ("approved: " if approved else "rejected: ") + _call_text(asked)
 
 
 def _join_answer(parts: list[tuple[Any, str]]) -> str:
@@ -532,10 +522,9 @@ def tail_run(
     json_lines: bool = typer.Option(False, "--json",
                                     help="Print one event per line as JSON (seq order); no tree."),
 ) -> None:
-    """Follow a run live: its steps, tools, refusals, gate decisions and answer, as a tree.
+    """Follow a run live as a tree: steps, tools, refusals, gate decisions, the answer.
 
-    Reconnects from the last event it saw when the connection drops. Exits 0 when the run
-    ends done, 1 for any other ending (question, stalled_out, hard_stop, failed, ...)."""
+    Reconnects from the last event it saw. Exit 0 when the run ends done, else 1."""
     settings = ClientSettings()
     if not settings.token:
         fail("set TICKWORK_TOKEN to an operator token (`tickwork up` prints one; "
@@ -563,30 +552,20 @@ def _print_json(http: httpx.Client, run_id: str) -> Ending:
 
 
 def _draw(http: httpx.Client, run_id: str) -> Ending:
-    console = Console()
+    # Ids must stay whole when piped (rich would otherwise wrap the tree at 80 columns).
+    console = Console(width=None if Console().is_terminal else 200)
     events: list[dict] = []
     follower = Follower(http, run_id, events.append)
-    if not console.is_terminal:  # piped: one final tree, no live redraws
-        try:
-            return follower.run()
-        except TailError as exc:
-            _print_final(console, run_id, events)
-            fail(str(exc))
-        except KeyboardInterrupt:
-            raise typer.Exit(130)
-        finally:
-            if follower.ending is not None:
-                _print_final(console, run_id, events)
-    lock = threading.Lock()
 
-    def live_view() -> RenderableType:
-        with lock:
-            snapshot = list(events)
-        return render(build_view(run_id, snapshot), max_children=max(4, console.height // 3))
+    def live_view() -> RenderableType:  # called by Live's refresh thread
+        return render(build_view(run_id, list(events)), max_children=max(4, console.height // 3))
 
     try:
-        with Live(console=console, get_renderable=live_view, refresh_per_second=8,
-                  transient=True, redirect_stderr=False):
+        if console.is_terminal:
+            with Live(console=console, get_renderable=live_view, refresh_per_second=8,
+                      transient=True, redirect_stderr=False):
+                follower.run()
+        else:  # piped: one final tree at the end, no redraws
             follower.run()
     except TailError as exc:
         _print_final(console, run_id, events)
@@ -599,8 +578,6 @@ def _draw(http: httpx.Client, run_id: str) -> Ending:
 
 
 def _print_final(console: Console, run_id: str, events: list[dict]) -> None:
-    console.print(render(build_view(run_id, list(events))), highlight=False)
+    if events:  # nothing received (an unknown run, a bad token): the error says it all
+        console.print(render(build_view(run_id, list(events))), highlight=False)
 
-
-__all__ = ["SseParser", "SseEvent", "parse_sse", "Follower", "Ending", "TailError",
-           "build_view", "render", "view_lines", "RunView", "Node", "tail_run", "err"]

@@ -24,7 +24,7 @@ async def build_worker(url: str, settings: WorkerSettings) -> Worker:
     specs = catalog()
     await asyncio.to_thread(publish_catalog, url, specs)  # the API validates agents against it
     pool = await open_pool(url, application_name="tickwork-worker",
-                           max_size=max(4, settings.concurrency * 2 + 1))
+                           max_size=max(4, settings.concurrency * 2 + 1), check=False)
     deps = RunDeps(pool=pool, provider=build_router(ProviderSettings()),
                    catalog={spec.key: spec for spec in specs}, settings=settings,
                    worker_id=worker_id())

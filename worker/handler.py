@@ -59,6 +59,7 @@ async def handle_task(task: LeasedTask, deps: RunDeps) -> dict[str, Any]:
     next_seq = (execution["last_seq"] or 0) + 1 if resume else ROOT_SEQ + 1
     journal = RunJournal(deps.pool, execution["id"], claim.run_token, next_seq=next_seq,
                          redact=for_journal)
+    journal.cancel_requested = execution["cancel_requested_at"] is not None
     bound = log.bind(execution_id=str(execution["id"]), agent_id=str(execution["agent_id"]),
                      schedule_id=str(execution["schedule_id"]))
     bound.info("run_resumed" if resume else "run_started", attempt=execution["attempt"])
@@ -159,7 +160,7 @@ def _loop(execution: dict, agent: dict, state: RunState, journal: RunJournal,
                 gate=GateSettings(continuation_units=s.continuation_units,
                                   judge_window=s.judge_window),
                 max_turns=s.max_model_turns,
-                cancel_requested=lambda: _cancel_requested(pool, execution_id))
+                cancel_requested=lambda: _flag(journal))
 
 
 async def _finish(journal: RunJournal, outcome: RunOutcome, bound) -> dict[str, Any]:
@@ -199,9 +200,10 @@ async def _remove_schedules(pool: AsyncConnectionPool, agent_id: UUID) -> None:
         await conn.execute(QUERIES["delete_agent_schedules"], {"agent_id": agent_id})
 
 
-async def _cancel_requested(pool: AsyncConnectionPool, execution_id: UUID) -> bool:
-    row = await _fetch(pool, "cancel_requested", {"execution_id": execution_id})
-    return bool(row and row["requested"])
+async def _flag(journal: RunJournal) -> bool:
+    """A person's stop request, as the journal learned it with its last append (no query of
+    its own: the run checks at every turn boundary for free)."""
+    return journal.cancel_requested
 
 
 async def _stored(pool: AsyncConnectionPool, execution_id: UUID, call_id: str):

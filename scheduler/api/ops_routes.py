@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from scheduler.api.deps import (Session, admin_principal, pool_of, principal_only, session,
                                 settings_of)
+from scheduler.metrics import app_metrics, read_snapshot, sse_subscribers
 from scheduler.tokens import Principal
 from scheduler.models import TickIn
 from scheduler.serialize import parse_utc
@@ -33,8 +34,13 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics")
-async def metrics(_: Principal = Depends(principal_only)) -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+async def metrics(request: Request, _: Principal = Depends(principal_only)) -> Response:
+    """Prometheus text: the tick's timings, and gauges of runs, queue, approvals and journal
+    read from the database now (workers have no port; the database knows for all of them)."""
+    state = request.app.state
+    async with pool_of(request).connection() as conn:
+        snapshot = await read_snapshot(conn, sse_subscribers=sse_subscribers(state))
+    return Response(app_metrics(state).render(snapshot), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.post("/v1/tick")

@@ -101,5 +101,3 @@ WITH target AS (
 )
 SELECT cancelled.*, (SELECT count(*) FROM tails_woken) AS tails_woken FROM cancelled;
 
--- name: cancel_requested
-SELECT cancel_requested_at IS NOT NULL AS requested FROM executions WHERE id = %(execution_id)s;

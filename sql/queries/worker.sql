@@ -64,34 +64,62 @@ SELECT id, name, instructions, tools, auto_approve, status FROM agents WHERE id 
 -- A run that finds its agent gone removes that agent's schedules itself.
 DELETE FROM schedules WHERE agent_id = %(agent_id)s;
 
--- name: finish_execution
--- Fenced completion: only the run holding the token, and only while still running. A run the
--- sweep already judged (or resumed elsewhere) updates nothing.
-UPDATE executions
-   SET status = %(status)s, outcome = %(outcome)s, reason = %(reason)s,
-       breadcrumb = %(breadcrumb)s, finished_at = now()
- WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
-RETURNING id;
+-- name: append_run_events
+-- One statement, so one round trip and atomic by itself: lock the running execution FOR SHARE
+-- (this conflicts with the sweep's row lock, so an append either lands before the sweep judges
+-- the run, whose terminal event then follows it, or finds the run no longer running and
+-- appends nothing), append the batch, wake tails, and report a pending cancel request.
+-- ON CONFLICT DO NOTHING makes a retried append idempotent: the run numbers its own events, so
+-- a conflict can only be this run's earlier attempt whose commit acknowledgement was lost.
+WITH fence AS (
+    SELECT id, cancel_requested_at FROM executions
+     WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
+       FOR SHARE
+), appended AS (
+    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
+    SELECT fence.id, e.seq, e.parent_seq, e.type, e.payload
+      FROM fence,
+           unnest(%(seqs)s::integer[], %(parent_seqs)s::integer[], %(types)s::text[],
+                  %(payloads)s::jsonb[]) AS e(seq, parent_seq, type, payload)
+    ON CONFLICT (execution_id, seq) DO NOTHING
+), notified AS (
+    SELECT pg_notify('tickwork_events', fence.id::text) FROM fence
+)
+SELECT (SELECT count(*) FROM fence) AS running,
+       (SELECT cancel_requested_at IS NOT NULL FROM fence) AS cancel_requested,
+       (SELECT count(*) FROM notified) AS notified;
+
+-- name: finish_run
+-- Fenced completion in one statement: only the run holding the token, only while running;
+-- its last events (the terminal one included) and its verdict land together.
+WITH fence AS (
+    SELECT id FROM executions
+     WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
+       FOR UPDATE
+), appended AS (
+    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
+    SELECT fence.id, e.seq, e.parent_seq, e.type, e.payload
+      FROM fence,
+           unnest(%(seqs)s::integer[], %(parent_seqs)s::integer[], %(types)s::text[],
+                  %(payloads)s::jsonb[]) AS e(seq, parent_seq, type, payload)
+    ON CONFLICT (execution_id, seq) DO NOTHING
+), finished AS (
+    UPDATE executions e
+       SET status = %(status)s, outcome = %(outcome)s, reason = %(reason)s,
+           breadcrumb = %(breadcrumb)s, finished_at = now()
+      FROM fence
+     WHERE e.id = fence.id
+    RETURNING e.id
+), notified AS (
+    SELECT pg_notify('tickwork_events', id::text) FROM finished
+)
+SELECT (SELECT count(*) FROM finished) AS finished, (SELECT count(*) FROM notified) AS notified;
 
 -- name: lock_running_execution
--- Taken by journal appends: FOR SHARE conflicts with the sweep's row lock, so an append either
--- commits before the sweep judges the run (and the sweep's terminal event follows it), or sees
--- the run no longer running and writes nothing.
+-- Taken by a suspension's transaction before it saves state (see append_run_events).
 SELECT id FROM executions
  WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
    FOR SHARE;
-
--- name: append_run_events
--- ON CONFLICT DO NOTHING makes a retried append idempotent: the run numbers its own events, so
--- a conflict can only be this run's earlier attempt whose commit acknowledgement was lost.
-INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
-SELECT %(execution_id)s, e.seq, e.parent_seq, e.type, e.payload
-  FROM unnest(%(seqs)s::integer[], %(parent_seqs)s::integer[], %(types)s::text[],
-              %(payloads)s::jsonb[]) AS e(seq, parent_seq, type, payload)
-ON CONFLICT (execution_id, seq) DO NOTHING;
-
--- name: notify_run_events
-SELECT pg_notify('tickwork_events', %(execution_id)s::text);
 
 -- name: lock_execution_if_timed_out
 -- The worker's own deadline: the same verdict the sweep gives, for one execution.

@@ -24,10 +24,11 @@ import httpx
 import typer
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
+from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
-from tickwork.client import fail
+from tickwork.client import err, fail
 from tickwork.settings import ClientSettings
 
 KEEPALIVE_SECONDS = 15
@@ -148,9 +149,12 @@ class Follower:
     def __init__(self, http: httpx.Client, run_id: str, on_event: Callable[[dict], None], *,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic,
-                 give_up_after: float = GIVE_UP_AFTER) -> None:
+                 give_up_after: float = GIVE_UP_AFTER,
+                 on_retry: Callable[[str], None] | None = None) -> None:
         self.http, self.run_id, self.on_event = http, run_id, on_event
         self.sleep, self.clock, self.give_up_after = sleep, clock, give_up_after
+        self.on_retry = on_retry or (lambda _note: None)
+        self.problem: str | None = None  # while reconnecting: what went wrong, for the display
         self.last_seq = 0
         self.ending: Ending | None = None
         self._connected_once = False
@@ -240,7 +244,7 @@ class Follower:
         raise TailError(f"the API answered {response.status_code}: {message}")
 
     def _alive(self) -> None:
-        self._failing_since, self._delay = None, FIRST_DELAY
+        self._failing_since, self._delay, self.problem = None, FIRST_DELAY, None
 
     def _back_off(self, problem: str) -> None:
         now = self.clock()
@@ -251,6 +255,9 @@ class Follower:
                 f"lost the event stream of run {self.run_id} and could not get it back for "
                 f"{self.give_up_after:.0f} s ({problem}); the last event seen was seq "
                 f"{self.last_seq}. Run `tickwork tail {self.run_id}` again to resume.")
+        self.problem = (f"connection lost ({problem}); reconnecting from seq {self.last_seq} "
+                        f"in {self._delay:g} s")
+        self.on_retry(self.problem)
         self.sleep(self._delay)
         self._delay = min(self._delay * 2, MAX_DELAY)
 
@@ -407,7 +414,12 @@ def _complete_tool(tool: Node, payload: dict, finished: datetime | None) -> None
     ok = bool(payload.get("ok"))
     tool.mark, tool.style = (OK, "") if ok else (FAILED, "red")
     details = []
-    if tool.started and finished:
+    # Journal ts is when an event was stored, and a turn's events are stored in one batch: a
+    # tool that started and finished within one batch has no measurable duration, so none is
+    # shown (rather than a false "0 ms"). A duration_ms in the payload wins when present.
+    if isinstance(payload.get("duration_ms"), (int, float)):
+        details.append(_duration(payload["duration_ms"] / 1000))
+    elif tool.started and finished and (finished - tool.started).total_seconds() >= 0.001:
         details.append(_duration((finished - tool.started).total_seconds()))
     if payload.get("result_chars") is not None:
         details.append(f"{payload['result_chars']} chars")
@@ -542,7 +554,7 @@ def _print_json(http: httpx.Client, run_id: str) -> Ending:
         sys.stdout.flush()
 
     try:
-        return Follower(http, run_id, emit).run()
+        return Follower(http, run_id, emit, on_retry=_note).run()
     except TailError as exc:
         fail(str(exc))
     except KeyboardInterrupt:
@@ -555,10 +567,13 @@ def _draw(http: httpx.Client, run_id: str) -> Ending:
     # Ids must stay whole when piped (rich would otherwise wrap the tree at 80 columns).
     console = Console(width=None if Console().is_terminal else 200)
     events: list[dict] = []
-    follower = Follower(http, run_id, events.append)
+    follower = Follower(http, run_id, events.append,
+                        on_retry=None if console.is_terminal else _note)
 
     def live_view() -> RenderableType:  # called by Live's refresh thread
-        return render(build_view(run_id, list(events)), max_children=max(4, console.height // 3))
+        tree = render(build_view(run_id, list(events)), max_children=max(4, console.height // 3))
+        problem = follower.problem
+        return Group(tree, Text(problem, style="yellow")) if problem else tree
 
     try:
         if console.is_terminal:
@@ -575,6 +590,10 @@ def _draw(http: httpx.Client, run_id: str) -> Ending:
         raise typer.Exit(130)
     _print_final(console, run_id, events)
     return follower.ending
+
+
+def _note(text: str) -> None:
+    err.print(f"[yellow]note:[/yellow] {escape(text)}", highlight=False)
 
 
 def _print_final(console: Console, run_id: str, events: list[dict]) -> None:

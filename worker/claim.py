@@ -74,3 +74,13 @@ async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID,
     if row is None:
         return Claim(None, None, {"skipped": "duplicate resume"})
     return Claim(row, run_token, None)
+
+
+async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int,
+                            worker_id: str) -> list[dict[str, Any]]:
+    """Claim and start up to ``limit`` fresh runs in one statement (the hot path); each row is
+    a started execution with its agent's definition (agent_found is NULL if it is gone)."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(QUERIES["claim_queued_runs"],
+                                    {"limit": limit, "worker_id": worker_id})
+        return await cursor.fetchall()

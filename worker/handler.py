@@ -46,6 +46,15 @@ class RunDeps:
     worker_id: str
 
 
+async def run_claimed(execution: dict[str, Any], deps: RunDeps) -> dict[str, Any]:
+    """A run already claimed and started by claim_queued_runs (the hot path)."""
+    agent = None
+    if execution["agent_found"] is not None:
+        agent = {"instructions": execution["agent_instructions"],
+                 "tools": execution["agent_tools"], "auto_approve": execution["agent_auto_approve"]}
+    return await _run(execution, execution["run_token"], ROOT_SEQ + 1, deps, None, agent)
+
+
 async def handle_task(task: LeasedTask, deps: RunDeps) -> dict[str, Any]:
     resume = task.kind == "resume"
     claim = await (claim_resume(deps.pool, execution_id=task.execution_id, task_name=task.name)
@@ -57,24 +66,32 @@ async def handle_task(task: LeasedTask, deps: RunDeps) -> dict[str, Any]:
         return claim.skipped
     execution = claim.execution
     next_seq = (execution["last_seq"] or 0) + 1 if resume else ROOT_SEQ + 1
-    journal = RunJournal(deps.pool, execution["id"], claim.run_token, next_seq=next_seq,
+    agent = await _load_agent(deps.pool, execution["agent_id"])
+    return await _run(execution, claim.run_token, next_seq, deps, task.name if resume else None,
+                      agent)
+
+
+async def _run(execution: dict[str, Any], run_token: UUID, next_seq: int, deps: RunDeps,
+               approval_id: str | None, agent: dict[str, Any] | None) -> dict[str, Any]:
+    journal = RunJournal(deps.pool, execution["id"], run_token, next_seq=next_seq,
                          redact=for_journal)
     journal.cancel_requested = execution["cancel_requested_at"] is not None
     bound = log.bind(execution_id=str(execution["id"]), agent_id=str(execution["agent_id"]),
                      schedule_id=str(execution["schedule_id"]))
-    bound.info("run_resumed" if resume else "run_started", attempt=execution["attempt"])
+    bound.info("run_resumed" if approval_id else "run_started", attempt=execution["attempt"])
     try:
-        return await _guarded(execution, journal, deps, bound, task.name if resume else None)
+        return await _guarded(execution, agent, journal, deps, bound, approval_id)
     except RunFenced:
         bound.warning("run_fenced")  # the sweep judged it first; its verdict stands
         return {"fenced": True}
 
 
-async def _guarded(execution: dict, journal: RunJournal, deps: RunDeps, bound,
-                   approval_id: str | None) -> dict[str, Any]:
+async def _guarded(execution: dict, agent: dict | None, journal: RunJournal, deps: RunDeps,
+                   bound, approval_id: str | None) -> dict[str, Any]:
     seconds = execution["timeout_minutes"] * 60 + DEADLINE_MARGIN_SECONDS
     try:
-        result = await asyncio.wait_for(_drive(execution, journal, deps, approval_id), seconds)
+        result = await asyncio.wait_for(_drive(execution, agent, journal, deps, approval_id),
+                                        seconds)
     except asyncio.TimeoutError:
         return await _timed_out(execution["id"], journal, deps.pool, bound)
     except asyncio.CancelledError:
@@ -91,9 +108,8 @@ async def _guarded(execution: dict, journal: RunJournal, deps: RunDeps, bound,
     return await _finish(journal, result, bound)
 
 
-async def _drive(execution: dict, journal: RunJournal, deps: RunDeps,
+async def _drive(execution: dict, agent: dict | None, journal: RunJournal, deps: RunDeps,
                  approval_id: str | None) -> RunOutcome | Suspension:
-    agent = await _load_agent(deps.pool, execution["agent_id"])
     if agent is None:
         await _remove_schedules(deps.pool, execution["agent_id"])
         return RunOutcome("failed", "failed", f"agent {execution['agent_id']} no longer exists; "

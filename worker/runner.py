@@ -15,8 +15,8 @@ import structlog
 
 from sql import QUERIES
 from sql.db import connect
-from worker.claim import LeasedTask, lease_tasks
-from worker.handler import RunDeps, handle_task
+from worker.claim import claim_queued_runs, lease_tasks
+from worker.handler import RunDeps, handle_task, run_claimed
 
 log = structlog.get_logger()
 
@@ -41,29 +41,32 @@ class Worker:
             log.info("worker_stopped", worker_id=self.deps.worker_id)
 
     async def _fill_slots(self) -> bool:
-        """Lease tasks for free slots; True when every free slot got one (look again now)."""
+        """Take work for free slots: fresh runs claimed in one statement first, then leased
+        tasks (resumes, and tasks whose lease expired). True when every free slot got one."""
         free = self.deps.settings.concurrency - len(self._active)
         if free <= 0:
             return False
         try:
-            tasks = await lease_tasks(self.deps.pool, limit=free,
-                                      lease_seconds=self.deps.settings.lease_seconds)
+            runs = await claim_queued_runs(self.deps.pool, limit=free,
+                                           worker_id=self.deps.worker_id)
+            tasks = [] if len(runs) == free else await lease_tasks(
+                self.deps.pool, limit=free - len(runs),
+                lease_seconds=self.deps.settings.lease_seconds)
         except psycopg.Error as exc:  # Postgres restarting: the next poll tries again
             log.warning("lease_failed", error=type(exc).__name__)
             return False
-        for task in tasks:
-            running = asyncio.create_task(self._handle(task))
-            self._active.add(running)
-        return bool(tasks) and len(tasks) == free
+        for work in [run_claimed(run, self.deps) for run in runs] + [
+                handle_task(task, self.deps) for task in tasks]:
+            self._active.add(asyncio.create_task(self._handle(work)))
+        return len(runs) + len(tasks) == free
 
-    async def _handle(self, task: LeasedTask) -> None:
+    async def _handle(self, work) -> None:
         try:
-            await handle_task(task, self.deps)
+            await work
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the task's lease expires and it is delivered again
-            log.error("task_failed", execution_id=str(task.execution_id),
-                      error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a leased task is delivered again; a started run is swept
+            log.error("task_failed", error=f"{type(exc).__name__}: {exc}")
         finally:
             self._active.discard(asyncio.current_task())
             self._wake.set()  # a slot is free

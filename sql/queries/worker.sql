@@ -149,3 +149,42 @@ SELECT e.id, e.status, e.breadcrumb,
 
 -- name: run_status
 SELECT status FROM executions WHERE id = %(id)s;
+
+-- name: claim_queued_runs
+-- The fast path for fresh runs: in one statement, pick up to %(limit)s queued run tasks
+-- (SKIP LOCKED), insert their idempotency claims (a duplicate inserts nothing and runs
+-- nothing), start the claimed executions with a deadline and run token, write run_start as
+-- event 1, drop the tasks, and return each started run with its agent. Nothing is leased
+-- between picking and claiming, so a worker that dies here either committed (the sweep owns
+-- the run from then on) or did not (the task is still queued).
+WITH picked AS (
+    SELECT name, execution_id FROM queue_tasks
+     WHERE kind = 'run' AND lease_expires_at IS NULL AND available_at <= now()
+     ORDER BY available_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), claimed AS (
+    INSERT INTO execution_claims (execution_id, worker_id)
+    SELECT execution_id, %(worker_id)s FROM picked
+    ON CONFLICT (execution_id) DO NOTHING
+    RETURNING execution_id
+), started AS (
+    UPDATE executions e
+       SET status = 'running', started_at = now(), run_token = gen_random_uuid(),
+           deadline = now() + make_interval(mins => e.timeout_minutes)
+      FROM claimed c
+     WHERE e.id = c.execution_id AND e.status = 'queued'
+    RETURNING e.*
+), journaled AS (
+    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
+    SELECT id, 1, NULL, 'run_start',
+           jsonb_build_object('attempt', attempt, 'trigger_type', trigger_type,
+                              'trigger_source', trigger_source, 'worker_id', %(worker_id)s::text)
+      FROM started
+), dropped AS (
+    DELETE FROM queue_tasks q USING picked p WHERE q.name = p.name
+)
+SELECT s.*, NULL::bigint AS last_seq, a.id AS agent_found, a.instructions AS agent_instructions,
+       a.tools AS agent_tools, a.auto_approve AS agent_auto_approve
+  FROM started s
+  LEFT JOIN agents a ON a.id = s.agent_id;

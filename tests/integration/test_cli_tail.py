@@ -87,6 +87,11 @@ def test_the_tree_is_rebuilt_from_parentage_with_marks_durations_and_the_waiting
     assert view.waiting_for == "run:c3" and view.outcome is None
 
 
+def test_a_tool_stored_in_the_same_batch_as_its_start_shows_no_made_up_duration():
+    same = [JOURNAL[0], JOURNAL[1], JOURNAL[2], {**JOURNAL[3], "ts": JOURNAL[2]["ts"]}]
+    assert view_lines(build_view("r", same))[2] == '    ✓ demo.get_record({"id": 1})  42 chars'
+
+
 def test_a_resumed_and_finished_run_shows_the_approval_decided_and_the_ending():
     view = build_view("run-1", JOURNAL + RESUMED)
     lines = view_lines(view)
@@ -347,6 +352,7 @@ async def test_a_server_restart_mid_run_loses_and_repeats_nothing(api, pool, db_
     assert code == 0, err
     assert before + after == stored  # every event, once, in order
     assert after and len(before) >= 4
+    assert f"reconnecting from seq {before[-1]['seq']}" in err  # it did lose the stream
 
 
 async def test_a_hard_stopped_run_exits_1(api, pool, db_url, live):

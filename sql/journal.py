@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from sql import QUERIES, failpoints
+from sql.finisher import Finisher
 
 
 def _reconnecting(method):
@@ -72,16 +73,25 @@ class RunJournal:
         self.cancel_requested = bool(row["cancel_requested"])
         self._pending = []
 
-    @_reconnecting
     async def finish(self, *, status: str, outcome: str | None, reason: str | None = None,
-                     breadcrumb: str | None = None) -> None:
-        """Append what is buffered (the terminal event included) and record the verdict, in one
-        statement; raise RunFenced if the sweep got there first."""
+                     finisher: "Finisher | None" = None) -> None:
+        """Append what is buffered (the terminal event included) and record the verdict
+        together (through the process's finisher, batched with other runs, when given); raise
+        RunFenced if the sweep got there first."""
         await failpoints.hit("run.before_complete_commit")
+        if finisher is None:
+            return await self._finish_alone(status, outcome, reason)
+        events, self._pending = self._pending, []
+        if not await finisher.finish(self.execution_id, self.run_token, status=status,
+                                     outcome=outcome, reason=reason, events=events):
+            raise RunFenced(f"execution {self.execution_id} is no longer running")
+
+    @_reconnecting
+    async def _finish_alone(self, status: str, outcome: str | None, reason: str | None) -> None:
         async with self._pool.connection() as conn:
             cursor = await conn.execute(QUERIES["finish_run"], {
                 **self._batch(), "run_token": self.run_token, "status": status,
-                "outcome": outcome, "reason": reason, "breadcrumb": breadcrumb})
+                "outcome": outcome, "reason": reason})
             row = await cursor.fetchone()
         self._pending = []
         if not row["finished"]:

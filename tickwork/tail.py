@@ -188,7 +188,7 @@ class Follower:
         with self.http.stream("GET", self._path("/events"), headers=headers,
                               params=params) as response:
             self._check(response)
-            self._connected_once = True
+            self._connected_once, self.problem = True, None
             kind = response.headers.get("content-type", "")
             if not kind.startswith("text/event-stream"):
                 raise TailError(f"the API at {self.http.base_url} answered {kind or 'no type'} "

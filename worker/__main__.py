@@ -8,6 +8,7 @@ import signal
 import socket
 
 from sql.db import open_pool
+from sql.finisher import Finisher
 from worker.handler import RunDeps
 from worker.providers.routing import ProviderSettings, build_router
 from worker.runner import Worker
@@ -27,7 +28,7 @@ async def build_worker(url: str, settings: WorkerSettings) -> Worker:
                            max_size=max(4, settings.concurrency * 2 + 1), check=False)
     deps = RunDeps(pool=pool, provider=build_router(ProviderSettings()),
                    catalog={spec.key: spec for spec in specs}, settings=settings,
-                   worker_id=worker_id())
+                   worker_id=worker_id(), finisher=Finisher(pool))
     return Worker(deps, url)
 
 
@@ -41,5 +42,6 @@ async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event |
     try:
         await worker.run(stop)
     finally:
+        await worker.deps.finisher.close()
         await worker.deps.provider.aclose()
         await worker.deps.pool.close()

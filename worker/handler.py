@@ -17,6 +17,7 @@ import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from sql import QUERIES
+from sql.finisher import Finisher
 from sql.journal import RunFenced, RunJournal
 from sql.lifecycle import fail_timed_out
 from worker.agent_loop import ROOT_SEQ, Loop, RunOutcome, Suspension, run_agent, run_pending
@@ -44,6 +45,7 @@ class RunDeps:
     catalog: dict[str, ToolSpec]
     settings: WorkerSettings
     worker_id: str
+    finisher: Finisher | None = None  # batches the ends of runs; None writes each alone
 
 
 async def run_claimed(execution: dict[str, Any], deps: RunDeps) -> dict[str, Any]:
@@ -96,7 +98,8 @@ async def _guarded(execution: dict, agent: dict | None, journal: RunJournal, dep
         return await _timed_out(execution["id"], journal, deps.pool, bound)
     except asyncio.CancelledError:
         await _finish(journal, RunOutcome("cancelled", "cancelled",
-                                          "the worker shut down before the run finished", ""), bound)
+                                          "the worker shut down before the run finished", ""),
+                      bound, None)
         raise
     except RunFenced:
         raise
@@ -105,7 +108,7 @@ async def _guarded(execution: dict, agent: dict | None, journal: RunJournal, dep
     if isinstance(result, Suspension):
         bound.info("run_suspended", tool=result.needs.spec.key)
         return {"status": "completed", "breadcrumb": "suspended"}
-    return await _finish(journal, result, bound)
+    return await _finish(journal, result, bound, deps.finisher)
 
 
 async def _drive(execution: dict, agent: dict | None, journal: RunJournal, deps: RunDeps,
@@ -179,11 +182,13 @@ def _loop(execution: dict, agent: dict, state: RunState, journal: RunJournal,
                 cancel_requested=lambda: _flag(journal))
 
 
-async def _finish(journal: RunJournal, outcome: RunOutcome, bound) -> dict[str, Any]:
+async def _finish(journal: RunJournal, outcome: RunOutcome, bound,
+                  finisher: Finisher | None) -> dict[str, Any]:
     journal.emit("run_complete", {"status": outcome.status, "outcome": outcome.outcome,
                                   "reason": outcome.reason, "answer": outcome.answer},
                  parent=ROOT_SEQ)
-    await journal.finish(status=outcome.status, outcome=outcome.outcome, reason=outcome.reason)
+    await journal.finish(status=outcome.status, outcome=outcome.outcome, reason=outcome.reason,
+                         finisher=finisher)
     bound.info("run_finished", status=outcome.status, outcome=outcome.outcome)
     return {"status": outcome.status, "outcome": outcome.outcome}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from scheduler.api.deps import (Session, admin_principal, pool_of, principal_only, session,
@@ -33,7 +33,7 @@ async def healthz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
 
-@router.get("/metrics")
+@router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(request: Request, _: Principal = Depends(principal_only)) -> Response:
     """Prometheus text: the tick's timings, and gauges of runs, queue, approvals and journal
     read from the database now (workers have no port; the database knows for all of them)."""

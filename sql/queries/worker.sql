@@ -106,7 +106,7 @@ WITH fence AS (
 ), finished AS (
     UPDATE executions e
        SET status = %(status)s, outcome = %(outcome)s, reason = %(reason)s,
-           breadcrumb = %(breadcrumb)s, finished_at = now()
+           finished_at = now()
       FROM fence
      WHERE e.id = fence.id
     RETURNING e.id
@@ -188,3 +188,36 @@ SELECT s.*, NULL::bigint AS last_seq, a.id AS agent_found, a.instructions AS age
        a.tools AS agent_tools, a.auto_approve AS agent_auto_approve
   FROM started s
   LEFT JOIN agents a ON a.id = s.agent_id;
+
+-- name: finish_runs
+-- Many runs finished together, in one statement: each run is fenced on its own (only while
+-- running, only with its token), its last events land with its verdict, and tails are woken.
+-- The returned ids are the runs that finished; any other was fenced by the sweep.
+WITH runs AS (
+    SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[], %(statuses)s::text[],
+                         %(outcomes)s::text[], %(reasons)s::text[])
+             AS r(id, run_token, status, outcome, reason)
+), fence AS (
+    SELECT e.id FROM executions e
+      JOIN runs r ON r.id = e.id AND r.run_token = e.run_token
+     WHERE e.status = 'running' AND e.id = ANY (%(ids)s::uuid[])
+     ORDER BY e.id
+       FOR UPDATE OF e
+), appended AS (
+    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
+    SELECT ev.execution_id, ev.seq, ev.parent_seq, ev.type, ev.payload
+      FROM unnest(%(event_ids)s::uuid[], %(seqs)s::integer[], %(parent_seqs)s::integer[],
+                  %(types)s::text[], %(payloads)s::jsonb[])
+           AS ev(execution_id, seq, parent_seq, type, payload)
+      JOIN fence f ON f.id = ev.execution_id
+    ON CONFLICT (execution_id, seq) DO NOTHING
+), finished AS (
+    UPDATE executions e
+       SET status = r.status, outcome = r.outcome, reason = r.reason, finished_at = now()
+      FROM runs r JOIN fence f ON f.id = r.id
+     WHERE e.id = r.id
+    RETURNING e.id
+), notified AS (
+    SELECT pg_notify('tickwork_events', id::text) FROM finished
+)
+SELECT id, (SELECT count(*) FROM notified) AS notified FROM finished;

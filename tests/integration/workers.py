@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 import psycopg
 
 from sql.db import connect
+from sql.finisher import Finisher
 from tests.integration.drivers import ROOT
 from worker.handler import RunDeps
 from worker.providers.routing import ProviderSettings, build_router
@@ -26,7 +27,7 @@ def run_deps(pool, **settings) -> RunDeps:
     return RunDeps(pool=pool, provider=build_router(ProviderSettings(models="")),
                    catalog={s.key: s for s in specs},
                    settings=WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
-                   worker_id=f"test:{os.getpid()}")
+                   worker_id=f"test:{os.getpid()}", finisher=Finisher(pool))
 
 
 @asynccontextmanager
@@ -39,6 +40,7 @@ async def running_worker(pool, db_url: str, **settings):
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
+        await worker.deps.finisher.close()
 
 
 def scalar(db_url: str, sql: str, params: tuple = ()):

@@ -34,7 +34,7 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-async def metrics(request: Request, _: Principal = Depends(principal_only)) -> Response:
+async def metrics(request: Request, _: Principal = Depends(admin_principal)) -> Response:
     """Prometheus text: the tick's timings, and gauges of runs, queue, approvals and journal
     read from the database now (workers have no port; the database knows for all of them)."""
     state = request.app.state

@@ -78,7 +78,7 @@ async def chromium_page() -> AsyncIterator:
         try:
             page = await browser.new_page(viewport={"width": 1200, "height": 900})
             page.page_errors = []
-            page.on("pageerror", page.page_errors.append)
+            page.on("pageerror", lambda error: page.page_errors.append(error))
             yield page
             assert not page.page_errors, page.page_errors
         finally:

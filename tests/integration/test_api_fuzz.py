@@ -52,7 +52,7 @@ class LoopBridge(requests.adapters.HTTPAdapter):
         super().__init__()
         self.client, self.loop = client, loop
 
-    def send(self, request: requests.PreparedRequest, *args: Any, **kwargs: Any) -> requests.Response:
+    def send(self, request: requests.PreparedRequest, *_: Any, **__: Any) -> requests.Response:
         body = request.body.encode() if isinstance(request.body, str) else request.body
         what = f"{request.method} {request.url} with body {body!r:.500}"
         coro = asyncio.wait_for(self.client.request(request.method, request.url, content=body,
@@ -61,13 +61,14 @@ class LoopBridge(requests.adapters.HTTPAdapter):
         try:
             reply = asyncio.run_coroutine_threadsafe(coro, self.loop).result()
         except TimeoutError:
-            raise AssertionError(f"{what} got no complete response in {REQUEST_SECONDS} s") from None
+            raise AssertionError(f"{what}: no complete response in {REQUEST_SECONDS} s") from None
         except Exception as exc:  # the transport re-raises what the app did not handle: a 500
             raise AssertionError(f"{what} raised in the app (a 500 in production): "
                                  f"{type(exc).__name__}: {exc}") from exc
-        raw = urllib3.HTTPResponse(body=io.BytesIO(reply.content), headers=list(reply.headers.items()),
-                                   status=reply.status_code, reason=reply.reason_phrase,
-                                   version=11, preload_content=False, decode_content=False)
+        raw = urllib3.HTTPResponse(body=io.BytesIO(reply.content),
+                                   headers=list(reply.headers.items()), status=reply.status_code,
+                                   reason=reply.reason_phrase, version=11,
+                                   preload_content=False, decode_content=False)
         return self.build_response(request, raw)
 
 

@@ -51,8 +51,8 @@ async def execute(db_url: str, query: str, params: tuple | dict = ()) -> None:
 
 async def tenant_id(db_url: str, name: str) -> UUID:
     async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-        row = await (await conn.execute("SELECT id FROM tenants WHERE name = %s", (name,))).fetchone()
-        return row[0]
+        cursor = await conn.execute("SELECT id FROM tenants WHERE name = %s", (name,))
+        return (await cursor.fetchone())[0]
 
 
 async def insert_execution(db_url: str, tenant: UUID, agent: UUID, *, source: str,
@@ -197,6 +197,11 @@ async def test_the_oldest_open_transaction_is_reported(api, db_url):
     assert gauge(await scrape(api), "tickwork_oldest_transaction_age_seconds") == 0
 
 
+async def test_metrics_span_every_tenant_so_they_need_an_admin_token(api):
+    response = await api.get("/metrics", headers={"Authorization": f"Bearer {api.tokens['globex']}"})
+    assert response.status_code == 403 and response.json()["error"] == "forbidden"
+
+
 async def test_sse_subscribers_come_from_the_app_state(api):
     app = api._transport.app
     app.state.sse_subscribers = 3
@@ -207,7 +212,7 @@ async def test_sse_subscribers_come_from_the_app_state(api):
 
 async def test_two_apps_in_one_process_scrape_without_clashing(api, pool, settings, tokens):
     other = create_app(settings, pool=pool)
-    headers = {"Authorization": f"Bearer {tokens['globex']}"}
+    headers = {"Authorization": f"Bearer {tokens['acme']}"}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=other), headers=headers,
                                  base_url="http://other.test") as client:
         other.state.sse_subscribers = 5

@@ -72,7 +72,8 @@ def without_durations(lines: list[str]) -> list[str]:
 
 
 async def same_tree_as_the_cli(page, api, run_id: str) -> None:
-    cli = view_lines(build_view(run_id, await events(api, run_id)))[1:]
+    journal = await events(api, run_id)
+    cli = view_lines(build_view(run_id, journal))[1:]
     cli = cli[:cli.index("")] if "" in cli else cli
     drawn = await page.evaluate(TREE_JS)
     assert without_durations(drawn) == without_durations(cli)
@@ -94,11 +95,11 @@ async def test_the_browsers_own_event_source_resumes_after_an_api_restart_withou
         await page.goto(server.url + "/")
         await page.evaluate(TAIL_JS, [run_id, tokens["acme"]])
         async with running_worker(pool, db_url):
-            await page.wait_for_function("window.got.length >= 3", timeout=30_000)
+            await page.wait_for_function("() => window.got.length >= 3", timeout=30_000)
             await server.restart()  # every open connection is cut; the port serves again
             assert scalar(db_url, "SELECT status FROM executions WHERE id = %s", (run_id,)) == "running"
             before_cut = await page.evaluate("window.got.length")
-            await page.wait_for_function("window.finished", timeout=60_000)
+            await page.wait_for_function("() => window.finished", timeout=60_000)
         got, ids, errors = await page.evaluate("[window.got, window.ids, window.errors]")
         resumed = await requests[-1].all_headers()
     stored = await events(api, run_id)
@@ -149,6 +150,7 @@ async def test_the_viewer_lists_runs_draws_a_live_run_and_approves_a_paused_one(
             await expect(status).to_have_text("waiting for approval")
             await expect(page.locator("#tree li.approval")).to_contain_text(
                 "waiting for approval: demo.send_message")
+            await screenshot(page, "viewer-approval.png")
             await page.locator("#run-approvals button.approve").click()
             await expect(status).to_have_text("done", timeout=30_000)
             await expect(page.locator("#tree li.approval")).to_contain_text(
@@ -202,3 +204,4 @@ async def test_the_page_is_public_but_holds_no_data_and_the_api_still_needs_the_
     assert "innerHTML" not in script and "insertAdjacentHTML" not in script
     assert (await api.get("/v1/runs", headers=bare)).status_code == 401
     assert "/" not in (await api.get("/openapi.json")).json()["paths"]
+

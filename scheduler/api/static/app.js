@@ -7,7 +7,8 @@ const TOKEN_KEY = "tickwork.token";
 const REFRESH_MS = 3000;
 const EVENT_TYPES = ["run_start", "step_start", "reasoning_delta", "tool_start", "tool_complete",
   "content_delta", "budget_refusal", "gate_decision", "approval_required", "run_complete"];
-const OK = "✓", FAILED = "✗", RUNNING = "…", WAITING = "⏸", AGAIN = "↻", ASKS = "?";
+// The CLI's marks, except WAITING: its "⏸" has no glyph in common monospace fonts.
+const OK = "✓", FAILED = "✗", RUNNING = "…", WAITING = "‖", AGAIN = "↻", ASKS = "?";
 const GATE_MARKS = {done: OK, plan_complete: OK, question: ASKS, stalled: AGAIN, plan_open: AGAIN,
   stalled_out: FAILED, hard_stop: FAILED, cancelled: FAILED};
 const MARK_STATES = {[OK]: "ok", [FAILED]: "failed", [RUNNING]: "running", [WAITING]: "waiting"};
@@ -163,7 +164,7 @@ function runDuration(run) {
   return duration((end - Date.parse(run.started_at)) / 1000);
 }
 
-function approvalList(items, title, changed) {
+function approvalList(items, title, changed, withRun = true) {
   if (!items.length) return [];
   return [el("h2", {}, title), el("ul", {class: "approvals"}, ...items.map(item => {
     const decide = verdict => async event => {
@@ -173,8 +174,8 @@ function approvalList(items, title, changed) {
       changed();
     };
     return el("li", {"data-approval": item.id},
-      el("span", {class: "tool"}, `${item.tool}(${short(JSON.stringify(item.arguments ?? {}), 200)})`),
-      el("a", {href: `#/runs/${item.execution_id}`}, "run …" + String(item.execution_id).slice(-8)),
+      el("span", {class: "tool"}, `${item.tool}(${short(pyJson(item.arguments ?? {}), 200)})`),
+      withRun ? el("a", {href: `#/runs/${item.execution_id}`}, "run …" + String(item.execution_id).slice(-8)) : null,
       el("button", {type: "button", class: "approve", onclick: decide("approve")}, "Approve"),
       el("button", {type: "button", class: "reject", onclick: decide("reject")}, "Reject"));
   }))];
@@ -195,7 +196,7 @@ function runPage(id) {
     meta.textContent = [`agent ${agent}`, trigger(run), `started ${when(run.started_at)}`,
       runDuration(run), run.outcome || ""].filter(Boolean).join("  ·  ");
     const mine = pending.items.filter(item => item.execution_id === id);
-    redraw(approvals, mine, items => approvalList(items, "Waiting for you", () => poll.refresh()));
+    redraw(approvals, mine, items => approvalList(items, "Waiting for you", () => poll.refresh(), false));
     if (view.done && !mine.length) poll.stop(); // nothing on this page changes any more
   });
   const tail = follow(view, () => poll.refresh());
@@ -310,7 +311,7 @@ function applyEvent(view, event) {
     }
   } else if (event.type === "content_delta") {
     if (view.answer.textContent && event.parent_seq !== view.answerParent) view.answer.append("\n\n");
-    view.answer.append(String(payload.text ?? ""));
+    view.answer.append(String(payload.text || ""));
     view.answerParent = event.parent_seq;
   } else {
     const node = parent.add(makeNode(event, payload));
@@ -343,7 +344,7 @@ function makeNode(event, p) {
       return node;
     }
     case "reasoning_delta":
-      return new Node("reasoning", "·", short(p.text));
+      return new Node("reasoning", "·", short(p.text || ""));
     case "tool_start": {
       const node = new Node("tool", RUNNING, callText(p));
       node.started = event.ts;
@@ -378,10 +379,20 @@ function makeNode(event, p) {
 function completeTool(tool, p, finished) {
   tool.setMark(p.ok ? OK : FAILED);
   const details = [];
-  if (tool.started && finished) details.push(duration((Date.parse(finished) - Date.parse(tool.started)) / 1000));
+  // As in the CLI: journal ts is when a batch was stored, so a gap under 1 ms means "not
+  // measured" and shows nothing; a duration_ms in the payload wins.
+  const took = tool.started && finished ? (micros(finished) - micros(tool.started)) / 1e6 : 0;
+  if (typeof p.duration_ms === "number") details.push(duration(p.duration_ms / 1000));
+  else if (took >= 0.001) details.push(duration(took));
   if (p.result_chars != null) details.push(`${p.result_chars} chars`);
   if (p.replayed) details.push("replayed");
   if (details.length) tool.text.textContent += `  ${details.join(", ")}`;
+}
+
+/** Microseconds since the epoch from an RFC 3339 stamp (Date.parse stops at milliseconds). */
+function micros(stamp) {
+  const fraction = (String(stamp).match(/\.(\d+)/) || ["", ""])[1].padEnd(6, "0");
+  return Date.parse(stamp) * 1000 + Number(fraction.slice(3, 6));
 }
 
 function resolveApproval(view, p, approved) {

@@ -12,55 +12,22 @@ import base64
 import re
 import secrets
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from scheduler.api.app import create_app
 from scheduler.settings import SchedulerSettings
+
+from tests.integration.api_checks import fingerprint, check_every_response
+
 
 MISSING = "0190a000-0000-7000-8000-000000000000"
 # Routes that answer without a token: health, and what FastAPI adds for its own docs.
 PUBLIC = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 
 
-# --- helpers (duplicated per file on purpose: only test files may be added) -----------------
-
-async def fingerprint(db_url: str) -> dict[str, tuple[int, str]]:
-    """Row count and content hash of every table in the public schema."""
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-        tables = [row[0] for row in await (await conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') ORDER BY 1")).fetchall()]
-        result = {}
-        for table in tables:
-            query = sql.SQL("SELECT count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY "
-                            "t::text), '')) FROM {} AS t").format(sql.Identifier(table))
-            count, digest = await (await conn.execute(query)).fetchone()
-            result[table] = (count, digest)
-        return result
-
-
-async def fetch(db_url: str, query: str, params: tuple = ()) -> list[tuple]:
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-        return await (await conn.execute(query, params)).fetchall()
-
-
 @pytest.fixture(autouse=True)
 def every_response_is_well_formed(api):
-    async def check(response):
-        await response.aread()
-        request = response.request
-        assert response.status_code < 500, (
-            f"{request.method} {request.url} -> {response.status_code}: {response.text[:500]}")
-        if response.status_code >= 400:
-            assert response.headers["content-type"].startswith("application/json"), response.text
-            body = response.json()
-            assert isinstance(body.get("error"), str) and body["error"], body
-            message = body.get("message")
-            assert isinstance(message, str) and len(message) >= 10 and " " in message, body
-
-    api.event_hooks["response"].append(check)
+    check_every_response(api)
 
 
 def application_routes() -> list[tuple[str, str]]:

@@ -11,64 +11,23 @@ import re
 from datetime import datetime, timedelta, timezone
 from uuid import UUID
 
-import psycopg
 import pytest
-from psycopg import sql
+
+from tests.integration.api_checks import fingerprint, fetch, assert_error, check_every_response
+
 
 UTC = timezone.utc
 RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 MISSING = "0190a000-0000-7000-8000-000000000000"
 
 
-# --- helpers (duplicated per file on purpose: only test files may be added) -----------------
-
-async def fingerprint(db_url: str) -> dict[str, tuple[int, str]]:
-    """Row count and content hash of every table in the public schema."""
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-        tables = [row[0] for row in await (await conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') ORDER BY 1")).fetchall()]
-        result = {}
-        for table in tables:
-            query = sql.SQL("SELECT count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY "
-                            "t::text), '')) FROM {} AS t").format(sql.Identifier(table))
-            count, digest = await (await conn.execute(query)).fetchone()
-            result[table] = (count, digest)
-        return result
-
-
-async def fetch(db_url: str, query: str, params: tuple = ()) -> list[tuple]:
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-        return await (await conn.execute(query, params)).fetchall()
+@pytest.fixture(autouse=True)
+def every_response_is_well_formed(api):
+    check_every_response(api)
 
 
 async def database_now(db_url: str) -> datetime:
     return (await fetch(db_url, "SELECT now()"))[0][0]
-
-
-def assert_error(response, status: int, code: str | None = None) -> dict:
-    assert response.status_code == status, response.text
-    body = response.json()
-    if code is not None:
-        assert body["error"] == code, body
-    return body
-
-
-@pytest.fixture(autouse=True)
-def every_response_is_well_formed(api):
-    async def check(response):
-        await response.aread()
-        request = response.request
-        assert response.status_code < 500, (
-            f"{request.method} {request.url} -> {response.status_code}: {response.text[:500]}")
-        if response.status_code >= 400:
-            assert response.headers["content-type"].startswith("application/json"), response.text
-            body = response.json()
-            assert isinstance(body.get("error"), str) and body["error"], body
-            message = body.get("message")
-            assert isinstance(message, str) and len(message) >= 10 and " " in message, body
-
-    api.event_hooks["response"].append(check)
 
 
 def parse_z(text: str) -> datetime:

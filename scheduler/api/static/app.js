@@ -27,7 +27,8 @@ function el(tag, attrs, ...children) {
     else node.setAttribute(key, value);
   }
   for (const child of children) {
-    if (child != null) node.append(typeof child === "string" ? document.createTextNode(child) : child);
+    if (child == null) continue;
+    node.append(typeof child === "string" ? document.createTextNode(child) : child);
   }
   return node;
 }
@@ -44,6 +45,11 @@ function duration(seconds) {
   return `${Math.floor(seconds / 60)} min ${Math.round(seconds % 60)} s`;
 }
 
+/** The end of a UUIDv7 (its start is a timestamp, alike for runs made close together). */
+function shortId(id) {
+  return "…" + String(id).slice(-8);
+}
+
 function when(text) {
   return text ? new Date(text).toLocaleString() : "—";
 }
@@ -55,7 +61,8 @@ function showError(message) {
 }
 
 async function api(path, options = {}) {
-  const headers = {Accept: "application/json", Authorization: `Bearer ${sessionStorage.getItem(TOKEN_KEY)}`};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = {Accept: "application/json", Authorization: `Bearer ${token}`};
   const response = await fetch(path, {...options, headers});
   const body = await response.json().catch(() => ({}));
   if (response.status === 401) {
@@ -113,7 +120,8 @@ function showLogin(message) {
     route();
   }},
   el("label", {for: "token"}, "Operator token"), input, el("button", {type: "submit"}, "Open"),
-  el("p", {class: "hint"}, "Kept in this tab only. `tickwork token create --tenant NAME` makes one."));
+  el("p", {class: "hint"},
+    "Kept in this tab only. `tickwork token create --tenant NAME` makes one."));
   main.replaceChildren(form);
   if (message) showError(message);
   input.focus();
@@ -125,22 +133,29 @@ function homePage() {
   main.replaceChildren(approvals, runs);
   const agents = new Map();
   const poll = poller(REFRESH_MS, async () => {
-    const [listed, pending] = await Promise.all([api("/v1/runs?limit=50"), api("/v1/approvals?status=pending")]);
+    const [listed, pending] = await Promise.all([api("/v1/runs?limit=50"), pendingApprovals()]);
     if (listed.items.some(run => !agents.has(run.agent_id))) {
-      for (const agent of (await api("/v1/agents?limit=200")).items) agents.set(agent.id, agent.name);
+      const known = (await api("/v1/agents?limit=200")).items;
+      for (const agent of known) agents.set(agent.id, agent.name);
+      for (const run of listed.items) if (!agents.has(run.agent_id)) agents.set(run.agent_id, "?");
     }
-    redraw(approvals, pending.items, items => approvalList(items, "Pending approvals", () => poll.refresh()));
-    runs.replaceChildren(el("h2", {}, "Recent runs"), runTable(listed.items, agents)); // durations tick
+    redraw(approvals, pending, items => approvalList(items, "Pending approvals", poll.refresh));
+    // Redrawn every time, so the durations of running runs move.
+    runs.replaceChildren(el("h2", {}, "Recent runs"), runTable(listed.items, agents));
   });
   return poll;
 }
 
+async function pendingApprovals() {
+  return (await api("/v1/approvals?status=pending&limit=200")).items;
+}
+
 function runTable(runs, agents) {
   if (!runs.length) return el("p", {class: "empty"}, "No runs yet.");
-  const head = el("tr", {}, ...["run", "status", "agent", "trigger", "started", "duration", "outcome"]
-    .map(name => el("th", {}, name)));
+  const names = ["run", "status", "agent", "trigger", "started", "duration", "outcome"];
+  const head = el("tr", {}, ...names.map(name => el("th", {}, name)));
   const rows = runs.map(run => el("tr", {"data-run": run.id},
-    el("td", {}, el("a", {href: `#/runs/${run.id}`}, "…" + run.id.slice(-8))),
+    el("td", {}, el("a", {href: `#/runs/${run.id}`}, shortId(run.id))),
     el("td", {class: "status", "data-status": statusOf(run)}, statusOf(run)),
     el("td", {}, agents.get(run.agent_id) || run.agent_id),
     el("td", {}, trigger(run)),
@@ -160,7 +175,8 @@ function statusOf(run) {
 
 function runDuration(run) {
   if (!run.started_at) return "";
-  const end = run.finished_at && run.breadcrumb !== "suspended" ? Date.parse(run.finished_at) : Date.now();
+  const ended = run.finished_at && run.breadcrumb !== "suspended";
+  const end = ended ? Date.parse(run.finished_at) : Date.now();
   return duration((end - Date.parse(run.started_at)) / 1000);
 }
 
@@ -168,14 +184,15 @@ function approvalList(items, title, changed, withRun = true) {
   if (!items.length) return [];
   return [el("h2", {}, title), el("ul", {class: "approvals"}, ...items.map(item => {
     const decide = verdict => async event => {
-      for (const button of event.target.parentElement.querySelectorAll("button")) button.disabled = true;
-      try { await api(`/v1/approvals/${encodeURIComponent(item.id)}/${verdict}`, {method: "POST"}); }
-      catch (err) { showError(err.message); }
+      const buttons = event.target.parentElement.querySelectorAll("button");
+      for (const button of buttons) button.disabled = true;
+      const path = `/v1/approvals/${encodeURIComponent(item.id)}/${verdict}`;
+      try { await api(path, {method: "POST"}); } catch (err) { showError(err.message); }
       changed();
     };
     return el("li", {"data-approval": item.id},
       el("span", {class: "tool"}, `${item.tool}(${short(pyJson(item.arguments ?? {}), 200)})`),
-      withRun ? el("a", {href: `#/runs/${item.execution_id}`}, "run …" + String(item.execution_id).slice(-8)) : null,
+      withRun ? el("a", {href: `#/runs/${item.execution_id}`}, `run ${shortId(item.execution_id)}`) : null,
       el("button", {type: "button", class: "approve", onclick: decide("approve")}, "Approve"),
       el("button", {type: "button", class: "reject", onclick: decide("reject")}, "Reject"));
   }))];
@@ -187,16 +204,17 @@ function runPage(id) {
   const view = newView(id);
   const meta = el("p", {id: "run-meta"});
   const approvals = el("section", {id: "run-approvals"});
-  main.replaceChildren(el("h1", {}, "run ", el("code", {}, id), " · ", view.status), meta, approvals,
-    el("ul", {id: "tree", class: "tree"}, view.root.li), view.answer);
+  const title = el("h1", {}, "run ", el("code", {}, id), " · ", view.status);
+  main.replaceChildren(title, meta, approvals, el("ul", {id: "tree", class: "tree"}, view.root.li),
+    view.answer);
   let agent = null;
   const poll = poller(REFRESH_MS, async () => {
-    const [run, pending] = await Promise.all([api(`/v1/runs/${id}`), api("/v1/approvals?status=pending")]);
+    const [run, pending] = await Promise.all([api(`/v1/runs/${id}`), pendingApprovals()]);
     agent = agent || await api(`/v1/agents/${run.agent_id}`).then(a => a.name, () => run.agent_id);
     meta.textContent = [`agent ${agent}`, trigger(run), `started ${when(run.started_at)}`,
       runDuration(run), run.outcome || ""].filter(Boolean).join("  ·  ");
-    const mine = pending.items.filter(item => item.execution_id === id);
-    redraw(approvals, mine, items => approvalList(items, "Waiting for you", () => poll.refresh(), false));
+    const mine = pending.filter(item => item.execution_id === id);
+    redraw(approvals, mine, items => approvalList(items, "Waiting for you", poll.refresh, false));
     if (view.done && !mine.length) poll.stop(); // nothing on this page changes any more
   });
   const tail = follow(view, () => poll.refresh());
@@ -301,7 +319,9 @@ function applyEvent(view, event) {
   if (event.type === "run_start") {
     view.nodes.set(event.seq, view.root);
     setStatus(view, "running");
-    if ((payload.attempt || 1) > 1) view.root.text.textContent = `run ${view.id} (attempt ${payload.attempt})`;
+    if ((payload.attempt || 1) > 1) {
+      view.root.text.textContent = `run ${view.id} (attempt ${payload.attempt})`;
+    }
   } else if (event.type === "tool_complete") {
     let tool = view.nodes.get(event.parent_seq);
     if (!tool || tool.kind !== "tool") tool = view.tools.get(String(payload.call_id));
@@ -310,7 +330,8 @@ function applyEvent(view, event) {
       view.nodes.set(event.seq, tool);
     }
   } else if (event.type === "content_delta") {
-    if (view.answer.textContent && event.parent_seq !== view.answerParent) view.answer.append("\n\n");
+    const newPart = view.answer.textContent && event.parent_seq !== view.answerParent;
+    if (newPart) view.answer.append("\n\n");
     view.answer.append(String(payload.text || ""));
     view.answerParent = event.parent_seq;
   } else {
@@ -413,7 +434,9 @@ function callText(p) {
 function pyJson(value) {
   if (Array.isArray(value)) return `[${value.map(pyJson).join(", ")}]`;
   if (value && typeof value === "object") {
-    return `{${Object.keys(value).sort().map(key => `${JSON.stringify(key)}: ${pyJson(value[key])}`).join(", ")}}`;
+    const pairs = Object.keys(value).sort()
+      .map(key => `${JSON.stringify(key)}: ${pyJson(value[key])}`);
+    return `{${pairs.join(", ")}}`;
   }
   return JSON.stringify(value);
 }

@@ -60,11 +60,11 @@ import structlog
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from scratch import redacted, say, scratch_database  # bench/scratch.py
 from scheduler.runs import request_hash, start_agent_run
 from scheduler.tokens import Principal
 from sql import QUERIES
 from sql.db import connect
-from sql.embedded import start_embedded
 from sql.ids import new_id
 from sql.migrate import migrate
 from worker.tools.publish import publish_catalog
@@ -77,52 +77,6 @@ ENQUEUE_CONNECTIONS = 8
 PGQUEUER = "pgqueuer==1.6.0"
 PGQUEUER_DRIVER_PACKAGE = "asyncpg"
 STALL_SECONDS = 60.0  # no progress for this long: the bench gives up instead of hanging
-
-
-def say(message: str) -> None:
-    print(message, flush=True)
-
-
-# --- the database ---------------------------------------------------------------------------
-
-@contextmanager
-def scratch_database() -> Iterator[str]:
-    """Yield the conninfo of a fresh scratch database; drop it (and any embedded server) at the
-    end."""
-    server_url = os.environ.get("TICKWORK_DATABASE_URL", "")
-    if server_url:
-        say(f"server: TICKWORK_DATABASE_URL ({_redacted(server_url)})")
-        with _fresh_database(server_url) as url:
-            yield url
-        return
-    root = Path(tempfile.mkdtemp(prefix="tickwork-bench-runs-"))
-    os.chmod(root, 0o755)  # as root the server runs as another user, who must enter the folder
-    server = start_embedded(root)
-    say(f"server: embedded Postgres in {root} on port {server.port}")
-    try:
-        with _fresh_database(server.url) as url:
-            yield url
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@contextmanager
-def _fresh_database(server_url: str) -> Iterator[str]:
-    drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(SCRATCH_DB))
-    create = pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(SCRATCH_DB))
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(drop)  # a previous run that died leaves it behind
-        admin.execute(create)
-    try:
-        yield make_conninfo(server_url, dbname=SCRATCH_DB)
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(drop)
-
-
-def _redacted(url: str) -> str:
-    return url.split("@")[-1] if "@" in url else url
 
 
 def as_url(conninfo: str) -> str:
@@ -859,7 +813,7 @@ def main() -> None:
     figures: dict[str, Any] = {}
     pgq_rate, pgq_reason = None, "skipped (--no-pgqueuer)"
     try:
-        with scratch_database() as url:
+        with scratch_database(SCRATCH_DB) as url:
             describe_server(url)
             tenant_id, agent_id = setup(url)
 

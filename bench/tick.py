@@ -50,11 +50,11 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 # _due and batch_params: --explain builds a batch's parameters exactly as dispatch_once does.
+from scratch import redacted, say, scratch_database  # bench/scratch.py
 from scheduler.dispatcher import _due, batch_params, dispatch_due
 from scheduler.planner import CronCache, plan_fire
 from sql import QUERIES
 from sql.db import open_pool
-from sql.embedded import start_embedded
 from sql.ids import new_id
 from sql.migrate import migrate
 
@@ -81,51 +81,6 @@ FLOOR_CLAIM = """SELECT id FROM schedules
                     FOR UPDATE SKIP LOCKED"""
 FLOOR_ADVANCE = """UPDATE schedules SET next_run = next_run + interval '1 day'
                     WHERE id = ANY(%(ids)s)"""
-
-
-def say(message: str) -> None:
-    print(message, flush=True)
-
-
-# --- the database ---------------------------------------------------------------------------
-
-@contextmanager
-def scratch_database() -> Iterator[str]:
-    """Yield the URL of a fresh scratch database; drop it (and any embedded server) at the end."""
-    server_url = os.environ.get("TICKWORK_DATABASE_URL", "")
-    if server_url:
-        say(f"server: TICKWORK_DATABASE_URL ({_redacted(server_url)})")
-        with _fresh_database(server_url) as url:
-            yield url
-        return
-    root = Path(tempfile.mkdtemp(prefix="tickwork-bench-tick-"))
-    os.chmod(root, 0o755)  # as root the server runs as another user, who must enter the folder
-    server = start_embedded(root)
-    say(f"server: embedded Postgres in {root} on port {server.port}")
-    try:
-        with _fresh_database(server.url) as url:
-            yield url
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@contextmanager
-def _fresh_database(server_url: str) -> Iterator[str]:
-    drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(SCRATCH_DB))
-    create = pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(SCRATCH_DB))
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(drop)  # a previous run that died leaves it behind
-        admin.execute(create)
-    try:
-        yield make_conninfo(server_url, dbname=SCRATCH_DB)
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(drop)
-
-
-def _redacted(url: str) -> str:
-    return url.split("@")[-1] if "@" in url else url
 
 
 def describe_server(url: str) -> None:
@@ -423,7 +378,7 @@ def main() -> None:
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     check_due_crons()
     small = args.schedules // 10
-    with scratch_database() as url:
+    with scratch_database(SCRATCH_DB) as url:
         describe_server(url)
         migrate(url)
         agents = agent_count(args.schedules, args.due, args.agents)

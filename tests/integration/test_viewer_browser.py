@@ -15,7 +15,9 @@ from tests.integration.test_worker_runs import events, make_agent, start_run
 from tests.integration.workers import running_worker, scalar, until
 from tickwork.tail import build_view, view_lines
 
-expect = pytest.importorskip("playwright.async_api").expect
+from playwright.async_api import expect  # noqa: E402  (the test extra installs it)
+
+pytestmark = pytest.mark.browser
 
 
 def read(record_id: int) -> dict:

@@ -80,17 +80,18 @@ async def execute(call: ToolCall, spec: ToolSpec, toolbox: ToolBox, journal: Run
         **({"approval_id": approval_id} if approval_id else {}),
         **({"auto_approved": True} if auto_approved else {})}, parent=step)
     stored = await policy.stored_result(call.id) if spec.tool_class in APPROVAL_CLASSES else None
+    duration_ms = 0.0
     if stored is not None:
         text, ok = stored  # it already ran (a resume delivered twice): never run it again
     else:
         outcome = await toolbox.call(call, step=step)
-        text, ok = outcome.text, outcome.ok
+        text, ok, duration_ms = outcome.text, outcome.ok, outcome.duration_ms
         await failpoints.hit("run.after_tool_effect_before_tool_complete")
         if spec.tool_class in APPROVAL_CLASSES:
             await policy.store_result(call.id, text, ok)
     journal.emit("tool_complete", {"tool": spec.key, "call_id": call.id, "ok": ok,
-                                   "result_chars": len(text), "replayed": stored is not None},
-                 parent=started)
+                                   "result_chars": len(text), "duration_ms": duration_ms,
+                                   "replayed": stored is not None}, parent=started)
     return Message("tool", text, tool_call_id=call.id)
 
 

@@ -214,11 +214,25 @@ def run_agent(agent: str, input: Optional[str] = typer.Option(None, help="JSON o
     out.print(f"queued run {run['id']}", highlight=False)
 
 
+def since_time(text: str) -> str:
+    """'30m', '6h', '2d' mean that long ago; anything else is passed on as a UTC time."""
+    from datetime import timedelta
+
+    units = {"m": "minutes", "h": "hours", "d": "days"}
+    if len(text) > 1 and text[-1] in units and text[:-1].isdigit():
+        moment = datetime.now(timezone.utc) - timedelta(**{units[text[-1]]: int(text[:-1])})
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return text
+
+
 def list_runs(agent: Optional[str] = None, schedule: Optional[str] = None,
-              status: Optional[str] = None, limit: int = 50) -> None:
+              status: Optional[str] = None, limit: int = 50,
+              since: Optional[str] = typer.Option(None, help="Only runs created since: 30m, 6h, "
+                                                  "2d, or an RFC 3339 UTC time ending in Z.")) -> None:
     """Recent runs, newest first."""
     client = ApiClient()
     params = {"limit": limit, "schedule_id": schedule, "status": status,
+              "since": since_time(since) if since else None,
               "agent_id": resolve_agent(client, agent)["id"] if agent else None}
     page = call(client, "GET", "/v1/runs", params={k: v for k, v in params.items() if v})
     table = Table("id", "trigger", "status", "outcome", "scheduled for", "attempt")

@@ -13,7 +13,7 @@ from scheduler.api.deps import (Session, counted, hub_of, pool_of, principal_onl
                                 settings_of)
 from scheduler.pagination import check_limit, decode_cursor, page
 from scheduler.runs import get_run, public_run
-from scheduler.serialize import EVENT_FIELDS, pick, utc_text
+from scheduler.serialize import EVENT_FIELDS, parse_utc, pick, utc_text
 from scheduler.tail import (MAX_SEQ, check_resumable, create_ticket, principal_from_ticket,
                             resume_point, stream)
 from scheduler.tokens import Principal
@@ -29,11 +29,14 @@ RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
 @router.get("")
 async def list_runs(limit: int = 50, cursor: str | None = None, agent_id: UUID | None = None,
                     schedule_id: UUID | None = None, status: RunStatus | None = None,
+                    since: Annotated[str | None, Query(max_length=40)] = None,
                     s: Session = Depends(session)) -> dict:
+    """Runs newest first; ``since`` (RFC 3339 UTC, ending in Z) keeps runs created at or after it."""
     limit = check_limit(limit)
     rows = await (await s.conn.execute(QUERIES["list_executions"], {
         "tenant_id": s.principal.tenant_id, "agent_id": agent_id, "schedule_id": schedule_id,
-        "status": status, "cursor": decode_cursor(cursor), "limit": limit + 1})).fetchall()
+        "status": status, "since": parse_utc(since, "since") if since else None,
+        "cursor": decode_cursor(cursor), "limit": limit + 1})).fetchall()
     return page(rows, limit, public_run)
 
 

@@ -33,6 +33,7 @@ SELECT * FROM executions
    AND (%(agent_id)s::uuid IS NULL OR agent_id = %(agent_id)s::uuid)
    AND (%(schedule_id)s::uuid IS NULL OR schedule_id = %(schedule_id)s::uuid)
    AND (%(status)s::text IS NULL OR status = %(status)s::text)
+   AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
    AND (%(cursor)s::uuid IS NULL OR id < %(cursor)s::uuid)
  ORDER BY id DESC
  LIMIT %(limit)s;

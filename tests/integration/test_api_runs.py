@@ -284,3 +284,14 @@ async def test_an_idempotency_key_is_scoped_to_its_tenant(api, db_url):
     assert response.json()["agent_id"] == globex_agent["id"]
     assert await fetch(db_url, "SELECT count(*) FROM executions WHERE idempotency_key = 'same'") \
         == [(2,)]
+
+
+async def test_runs_can_be_listed_since_a_utc_time_and_a_zone_is_refused(api):
+    agent = await make_agent(api, "since-agent")
+    run = (await api.post(f"/v1/agents/{agent['id']}/runs", json={"input": {}})).json()
+    listed = (await api.get("/v1/runs", params={"since": "2000-01-01T00:00:00Z"})).json()["items"]
+    assert run["id"] in [r["id"] for r in listed]
+    later = (await api.get("/v1/runs", params={"since": "2999-01-01T00:00:00Z"})).json()["items"]
+    assert later == []
+    refused = await api.get("/v1/runs", params={"since": "2026-01-01T00:00:00+02:00"})
+    assert_error(refused, 422, "timezone_not_allowed")

@@ -575,6 +575,8 @@ class PhaseResult:
     busy_pct: float | None
     commits: int
     latencies_ms: list[float] = field(default_factory=list)
+    timeline: list[tuple[float, float]] = field(default_factory=list)  # (event ts, latency ms)
+    first_ts: float = 0.0
     latency_by_type: dict[str, list[float]] = field(default_factory=dict)
     connected: int = 0
     failed: int = 0
@@ -714,6 +716,7 @@ async def run_phase(label: str, url: str, api: httpx.AsyncClient, api_proc: ApiP
                          load=load_text(), cpu=cpu,
                          busy_pct=busy_pct(marks.get("machine"), machine_end),
                          commits=commits, connected=connected.ok, failed=connected.failed)
+    result.first_ts = min(all_ts)
     if subs:
         check_subscribers(result, subs, journal, rows)
     return result
@@ -793,6 +796,7 @@ def check_subscribers(result: PhaseResult, subs: list[Subscriber],
                 continue
             ms = 1000 * (arrived - ts)
             result.latencies_ms.append(ms)
+            result.timeline.append((ts, ms))
             by_type[event["type"]].append(ms)
     result.latency_by_type = dict(by_type)
     result.errors = [f"{n} x {e}" for e, n in errors.items()]
@@ -831,6 +835,12 @@ def report_phase(res: PhaseResult) -> None:
             f"{percentile(lat, 99):.1f} ms, max {max(lat):.1f} ms; {res.mismatched} "
             f"subscribers mismatched ({res.missing_events} events missing)"
             + (f"; errors: {', '.join(res.errors)}" if res.errors else ""))
+        buckets: dict[int, list[float]] = collections.defaultdict(list)
+        for ts, ms in res.timeline:
+            buckets[int(2 * (ts - res.first_ts))].append(ms)
+        say("    p50/p99 ms by when the event was written (half seconds from the first): "
+            + ", ".join(f"{k / 2:.1f}s {percentile(v, 50):.0f}/{percentile(v, 99):.0f}"
+                        for k, v in sorted(buckets.items())))
         if res.mismatched:
             say(f"    mismatches: {dict(res.mismatch_kinds)}; e.g. {res.mismatch_example}")
 

@@ -15,6 +15,7 @@ import psycopg
 import structlog
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+GRANTS_FILE = Path(__file__).parent / "grants.sql"
 # An arbitrary constant: the key of tickwork's migration lock.
 _MIGRATION_LOCK_KEY = 7_301_424_118
 
@@ -50,6 +51,14 @@ def migrate(url: str, *, application_name: str = "tickwork-migrate") -> list[str
     if applied:
         log.info("migrations_applied", versions=applied)
     return applied
+
+
+def apply_grants(url: str) -> None:
+    """(Re)apply the least-privilege grants (sql/grants.sql) to whichever roles exist."""
+    with psycopg.connect(url, application_name="tickwork-migrate", prepare_threshold=None) as conn:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
+            conn.execute(GRANTS_FILE.read_text())
 
 
 def _apply_one(conn: psycopg.Connection, migration: Migration) -> bool:

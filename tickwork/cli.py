@@ -33,10 +33,11 @@ def database_url() -> str:
 
 
 def migrate_and_publish(url: str) -> None:
-    from sql.migrate import migrate
+    from sql.migrate import apply_grants, migrate
     from worker.tools.publish import publish_catalog
 
     applied = migrate(url)
+    apply_grants(url)
     tools = publish_catalog(url)
     typer.echo(f"migrations applied: {len(applied)}; tools published: {tools}")
 

@@ -77,7 +77,12 @@ def test_every_tickwork_service_builds_from_the_repo_root(services):
         assert context in (".", "./"), f"{name} builds from {context!r}"
 
 
-def test_every_tickwork_service_points_at_the_postgres_service(services):
+# Only migrate uses the owner; each process logs in as its own least-privilege role.
+EXPECTED_ROLES = {"migrate": None, "scheduler": "tickwork_scheduler",
+                  "worker": "tickwork_worker", "api": "tickwork_api"}
+
+
+def test_every_tickwork_service_points_at_the_postgres_service_as_its_own_role(services):
     pg_env = environment(services["postgres"])
     for name in TICKWORK_SERVICES:
         url = environment(services[name]).get("TICKWORK_DATABASE_URL")
@@ -86,10 +91,22 @@ def test_every_tickwork_service_points_at_the_postgres_service(services):
         assert parts.scheme in ("postgresql", "postgres"), url
         assert parts.hostname == "postgres", f"{name} connects to {parts.hostname!r}"
         assert parts.port in (None, 5432)
-        # Same credentials the postgres container was initialised with.
-        assert parts.username == pg_env["POSTGRES_USER"]
-        assert parts.password == pg_env["POSTGRES_PASSWORD"]
         assert parts.path.lstrip("/") == pg_env["POSTGRES_DB"]
+        role = EXPECTED_ROLES[name] or pg_env["POSTGRES_USER"]
+        assert parts.username == role, f"{name} logs in as {parts.username!r}"
+        if EXPECTED_ROLES[name] is None:
+            assert parts.password == pg_env["POSTGRES_PASSWORD"]
+        else:
+            password_var = f"TICKWORK_{name.upper()}_PASSWORD"
+            assert parts.password == pg_env[password_var], f"{name}'s password is not the role's"
+
+
+def test_the_roles_are_created_when_postgres_initialises(services):
+    volumes = services["postgres"]["volumes"]
+    assert any(v.startswith("./deploy/create-roles.sh:/docker-entrypoint-initdb.d/") for v in volumes)
+    script = (ROOT / "deploy" / "create-roles.sh").read_text()
+    for role in ("tickwork_scheduler", "tickwork_worker", "tickwork_api"):
+        assert f"CREATE ROLE {role} LOGIN NOSUPERUSER" in script
 
 
 def test_two_schedulers_run_side_by_side(services):

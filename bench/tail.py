@@ -18,7 +18,8 @@ per turn), then a text turn; R runs are queued through the API, all live at once
   events/s = journal rows of these runs / (first .. last event ts), so start-up is not counted.
 - phase B (with subscribers): queue R runs, connect N subscribers to GET /v1/runs/{id}/events
   (half on one hot run, the rest spread over the others), wait until the API counts all of them
-  as live tails, start the worker, and measure its events/s the same way. Every frame a client
+  as live tails and its database connections are idle (their replay is done), start the worker,
+  and measure its events/s the same way. Every frame a client
   receives is timed (time.time() when its last byte was read); latency = that - the event's
   ts. ts is clock_timestamp() at the INSERT, a little before the commit, so the figure slightly
   over-states commit -> arrival (same machine, same clock). Every subscriber must receive every
@@ -251,7 +252,20 @@ API_PROFILER = textwrap.dedent('''
                 seconds[key] += time.perf_counter() - started
         setattr(owner, attr, wrapped)
     wrap(psycopg.AsyncCursor, "execute", lambda a: label(a[0]))
-    wrap(AsyncConnectionPool, "getconn", lambda a: "(pool.getconn: waiting for a connection + check)")
+    wrap(AsyncConnectionPool, "getconn",
+         lambda a: "(pool.getconn: waiting for a connection + check)")
+    from scheduler.api import hub
+    original_refresh = hub.EventHub.refresh
+    async def refresh(self, run_id, *, notified=False):
+        key = ("(hub.refresh after a NOTIFY" if notified else "(hub.refresh by the poll")
+        key += (", run tailed)" if run_id in self._feeds else ", nobody tails it)")
+        started = time.perf_counter()
+        try:
+            return await original_refresh(self, run_id, notified=notified)
+        finally:
+            count[key] += 1
+            seconds[key] += time.perf_counter() - started
+    hub.EventHub.refresh = refresh
     main_id = threading.get_ident()
     leaf, inclusive, samples = collections.Counter(), collections.Counter(), [0]
     stop = threading.Event()
@@ -612,6 +626,20 @@ async def wait_runs_done(conn: psycopg.AsyncConnection, run_ids: list[str],
         await asyncio.sleep(0.05)
 
 
+async def api_settled(url: str, timeout: float = 10.0) -> float:
+    """Wait until no API backend is running a statement (the new tails' replay and status
+    reads are done) twice in a row, so they do not land in the measured phase."""
+    started, quiet = time.monotonic(), 0
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while quiet < 2 and time.monotonic() - started < timeout:
+            row = await (await conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name LIKE 'tickwork-api%%' AND state = 'active'")).fetchone()
+            quiet = quiet + 1 if row[0] == 0 else 0
+            await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
 async def run_phase(label: str, url: str, api: httpx.AsyncClient, api_proc: ApiProcess,
                     token: str, agent_id: str, args: argparse.Namespace, body: dict[str, Any],
                     log_path: Path) -> PhaseResult:
@@ -644,8 +672,10 @@ async def run_phase(label: str, url: str, api: httpx.AsyncClient, api_proc: ApiP
             if live is None or live >= connected.ok:
                 break
             await asyncio.sleep(0.1)
+        settle_s = await api_settled(url)
         say(f"  phase {label}: {connected.ok} of {n_subs} subscribers connected in "
-            f"{connect_s:.1f} s ({connected.failed} failed); the API counts {live} live tails")
+            f"{connect_s:.1f} s ({connected.failed} failed); the API counts {live} live tails "
+            f"and its connections went idle {settle_s:.1f} s later")
 
     commits_before = database_commits(url)
     pg_before = backends(url)
@@ -657,24 +687,25 @@ async def run_phase(label: str, url: str, api: httpx.AsyncClient, api_proc: ApiP
     def first_start() -> None:
         marks["worker_cpu"] = process_cpu_s(worker.pid)
         marks["machine"] = machine_cpu()
-        marks["t"] = time.monotonic()
 
+    # Nothing may block this event loop while subscribers read (their receive times would be
+    # late): the blocking calls below run in threads, or after the streams have closed.
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         try:
             await wait_runs_done(conn, run_ids, worker, first_start)
             marks["worker_cpu_end"] = process_cpu_s(worker.pid)
-            pg_after = backends(url)  # before the worker's backends go away
+            machine_end = machine_cpu()
+            if tasks:  # every stream closes after run_complete
+                done, pending = await asyncio.wait(tasks, timeout=30)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    say(f"  phase {label}: {len(pending)} subscribers still open 30 s after "
+                        "the last run finished (cancelled)")
+            api_cpu_after, bench_cpu_after = process_cpu_s(api_proc.pid), time.process_time()
+            pg_after = await asyncio.to_thread(backends, url)  # the worker's are still there
         finally:
-            worker.stop()
-        machine_end, t_end = machine_cpu(), time.monotonic()
-        if tasks:  # every stream closes after run_complete
-            done, pending = await asyncio.wait(tasks, timeout=30)
-            for task in pending:
-                task.cancel()
-            if pending:
-                say(f"  phase {label}: {len(pending)} subscribers still open 30 s after the "
-                    "last run finished (cancelled)")
-        api_cpu_after, bench_cpu_after = process_cpu_s(api_proc.pid), time.process_time()
+            await asyncio.to_thread(worker.stop)
         commits = database_commits(url) - commits_before
         rows = await (await conn.execute(
             "SELECT execution_id::text, seq, type, extract(epoch FROM ts)::float8 "
@@ -852,9 +883,9 @@ def print_api_profile(profile_out: Path, subscriber_wakeups: int) -> dict[str, A
         say("profile: the API wrote no profile")
         return {}
     say("profile of the API process (all phases and set-up; phase A adds next to nothing):")
-    say(f"  statements by query name (count, wall ms inside execute summed over concurrent "
-        f"calls); the B phases' clients received {subscriber_wakeups:,} batches:")
-    for name, n in sorted(prof["count"].items(), key=lambda kv: -kv[1])[:10]:
+    say(f"  statements by query name, pool check-outs and hub refreshes (count, wall ms summed "
+        f"over concurrent calls); the B phases' clients received {subscriber_wakeups:,} batches:")
+    for name, n in sorted(prof["count"].items(), key=lambda kv: -kv[1])[:14]:
         say(f"    {n:8,}  {1000 * prof['seconds'][name]:10.0f} ms  {name}")
     total = max(prof["samples"], 1)
     idle = sum(n for key, n in prof["leaf"].items() if key.endswith("selectors.py:select"))
@@ -883,7 +914,7 @@ def parse_args() -> argparse.Namespace:
                         help="tool-call turns per run (3 events and one append each)")
     parser.add_argument("--turn-sleep", type=float, default=0.05,
                         help="scripted model sleep before each turn, seconds (0: flat out)")
-    parser.add_argument("--rounds", type=int, default=2, help="A/B pairs (rates are medians)")
+    parser.add_argument("--rounds", type=int, default=3, help="A/B pairs (rates are medians)")
     parser.add_argument("--hot-share", type=float, default=0.5,
                         help="share of the subscribers on the first run of phase B")
     parser.add_argument("--client", choices=("raw", "httpx"), default="raw",
@@ -1021,8 +1052,8 @@ def main() -> None:
         "bench_cpu_pct_with": cpu_pct(b, "bench_s"),
         "db_commits_per_s_without": round(statistics.median(p.commits / p.span_s for p in a), 1),
         "db_commits_per_s_with": round(statistics.median(p.commits / p.span_s for p in b), 1),
-        "machine_busy_pct_without": statistics.median(p.busy_pct or 0 for p in a),
-        "machine_busy_pct_with": statistics.median(p.busy_pct or 0 for p in b),
+        "machine_busy_pct_without": r1(statistics.median(p.busy_pct or 0 for p in a)),
+        "machine_busy_pct_with": r1(statistics.median(p.busy_pct or 0 for p in b)),
         "loadavg_end": [round(v, 2) for v in os.getloadavg()],
         "cpus": os.cpu_count(),
         "runs": args.runs,

@@ -134,7 +134,7 @@ async def live_api(pool, settings, tokens):
         port = sock.getsockname()[1]
     app = create_app(settings, pool=pool)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off"))
+                                           lifespan="off", timeout_graceful_shutdown=2))
     server.install_signal_handlers = lambda: None
     task = asyncio.create_task(server.serve())
     while not server.started:

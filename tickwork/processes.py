@@ -61,8 +61,10 @@ async def serve_api(url: str, settings: SchedulerSettings, host: str, port: int,
                     *, with_scheduler: bool = False, with_worker: bool = False) -> None:
     pool = await open_pool(url, application_name="tickwork-api")
     app = create_app(settings, pool=pool)
+    # Live tails never end on their own: a shutdown gives them 5 s, then closes them (clients
+    # resume from Last-Event-ID against another API process).
     server = _QuietExitServer(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                             access_log=False))
+                                             access_log=False, timeout_graceful_shutdown=5))
     jobs = start_minute_tick(pool, settings) if with_scheduler else None
     stop_worker = asyncio.Event()
     worker = asyncio.create_task(_worker(url, stop_worker)) if with_worker else None

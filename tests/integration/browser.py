@@ -33,8 +33,9 @@ class LiveServer:
         self.task: asyncio.Task | None = None
 
     async def start(self) -> None:
+        # Open SSE streams would hold a graceful shutdown forever: give them 2 s.
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="off")
+                                lifespan="off", timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.server.install_signal_handlers = lambda: None
         self.task = asyncio.create_task(self.server.serve())

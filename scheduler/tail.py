@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import re
 import secrets
 import time
@@ -21,8 +20,7 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.api.hub import EventHub
-from scheduler.serialize import EVENT_FIELDS, pick
+from scheduler.api.hub import EventHub, frame
 from scheduler.tokens import Principal
 from sql import QUERIES
 from sql.errors import InvalidInput, NotFound, Unauthorized
@@ -32,13 +30,6 @@ MAX_SEQ = 2**31 - 1
 PAGE = 1000
 TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 _TICKET_FORMAT = re.compile(r"st_[A-Za-z0-9_-]{43}")
-
-
-def frame(event: dict[str, Any]) -> bytes:
-    """One SSE event. ensure_ascii keeps the data one line of plain ASCII whatever the text
-    holds (newlines, NUL, lone surrogates, lines that look like SSE fields)."""
-    data = json.dumps(pick(event, EVENT_FIELDS), ensure_ascii=True, separators=(",", ":"))
-    return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n".encode("ascii")
 
 
 def resume_point(last_event_id: str | None, after: int | None) -> int:
@@ -69,7 +60,7 @@ async def check_resumable(conn: AsyncConnection, principal: Principal, run_id: U
 
 async def stream(hub: EventHub, pool: AsyncConnectionPool, run_id: UUID, after: int, *,
                  keepalive: float) -> AsyncIterator[bytes]:
-    last, quiet_since, from_table = after, time.monotonic(), True  # replay the table first
+    last, quiet_since, from_table, checked = after, time.monotonic(), True, False
     async with hub.subscribe(run_id, after) as feed:
         while True:
             changed = feed.changed  # taken before looking, so no wake-up is missed
@@ -77,19 +68,19 @@ async def stream(hub: EventHub, pool: AsyncConnectionPool, run_id: UUID, after: 
             if from_table or batch is None:  # the start, or a gap the buffer cannot fill
                 batch = await _from_table(pool, run_id, last)
                 from_table = len(batch) == PAGE  # a full page: there may be more
-            for event in batch:
-                yield frame(event)
-                last, quiet_since = event["seq"], time.monotonic()
-                if event["type"] == "run_complete":
-                    return
             if batch:
+                yield b"".join(event.get("frame") or frame(event) for event in batch)
+                last, quiet_since = batch[-1]["seq"], time.monotonic()
+                if any(event["type"] == "run_complete" for event in batch):
+                    return
                 continue
-            if await _ended_without_terminal_event(pool, run_id):
+            if feed.ended or (not checked and await _ended_without_terminal_event(pool, run_id)):
                 return
-            wait = keepalive - (time.monotonic() - quiet_since)
+            checked = True  # from here on the hub says when a run ends without an event
             try:
-                await asyncio.wait_for(changed.wait(), timeout=max(wait, 0.01))
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(max(keepalive - (time.monotonic() - quiet_since), 0.01)):
+                    await changed.wait()
+            except TimeoutError:
                 yield b": keepalive\n\n"
                 quiet_since = time.monotonic()
 

@@ -59,7 +59,9 @@ class _QuietExitServer(uvicorn.Server):
 
 async def serve_api(url: str, settings: SchedulerSettings, host: str, port: int,
                     *, with_scheduler: bool = False, with_worker: bool = False) -> None:
-    pool = await open_pool(url, application_name="tickwork-api")
+    # No per-checkout check: every handler copes with a lost connection (a 503 that says try
+    # again), and live tails take connections often enough for the extra round trip to show.
+    pool = await open_pool(url, application_name="tickwork-api", check=False)
     app = create_app(settings, pool=pool)
     # Live tails never end on their own: a shutdown gives them 5 s, then closes them (clients
     # resume from Last-Event-ID against another API process).

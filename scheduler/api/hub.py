@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -23,9 +24,17 @@ from psycopg_pool import AsyncConnectionPool
 from sql import QUERIES
 from sql.db import connect
 from sql.journal import events_after
+from scheduler.serialize import EVENT_FIELDS, pick
 
 log = structlog.get_logger()
 BUFFER_EVENTS = 2000
+
+
+def frame(event: dict[str, Any]) -> bytes:
+    """One SSE event. ensure_ascii keeps the data one line of plain ASCII whatever the text
+    holds (newlines, NUL, lone surrogates, lines that look like SSE fields)."""
+    data = json.dumps(pick(event, EVENT_FIELDS), ensure_ascii=True, separators=(",", ":"))
+    return f"id: {event['seq']}\nevent: {event['type']}\ndata: {data}\n\n".encode("ascii")
 
 
 @dataclass
@@ -34,6 +43,8 @@ class Feed:
     last_seq: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     subscribers: int = 0
+    ended: bool = False  # the run ended without a terminal event (cancelled before it started)
+    reading: asyncio.Lock = field(default_factory=asyncio.Lock)  # one read per run at a time
 
     def after(self, seq: int) -> list[dict[str, Any]] | None:
         """Buffered events after ``seq``, or None when the buffer does not reach back there."""
@@ -41,7 +52,7 @@ class Feed:
             return []
         if not self.events or self.events[0]["seq"] > seq + 1:
             return None
-        return [e for e in self.events if e["seq"] > seq]
+        return self.events[seq + 1 - self.events[0]["seq"]:]
 
 
 class EventHub:
@@ -82,11 +93,19 @@ class EventHub:
         feed = self._feeds.get(run_id)
         if feed is None:
             return
-        async with self._pool.connection() as conn:
-            rows = await events_after(conn, run_id, feed.last_seq, limit=BUFFER_EVENTS)
-        if rows:
-            feed.events = (feed.events + rows)[-BUFFER_EVENTS:]
-            feed.last_seq = rows[-1]["seq"]
+        async with feed.reading:  # a poll and a notification must not both append
+            async with self._pool.connection() as conn:
+                rows = await events_after(conn, run_id, feed.last_seq, limit=BUFFER_EVENTS)
+                if notified and not rows:
+                    cursor = await conn.execute(QUERIES["run_status"], {"id": run_id})
+                    status = await cursor.fetchone()
+                    feed.ended = status is None or status["status"] in ("failed", "cancelled")
+            rows = [row for row in rows if row["seq"] > feed.last_seq]
+            for row in rows:
+                row["frame"] = frame(row)  # encoded once, for every subscriber
+            if rows:
+                feed.events = (feed.events + rows)[-BUFFER_EVENTS:]
+                feed.last_seq = rows[-1]["seq"]
         if rows or notified:
             feed.changed.set()
             feed.changed = asyncio.Event()

@@ -51,9 +51,12 @@ WITH claim AS (
     RETURNING 1
 ), dropped AS (
     DELETE FROM queue_tasks WHERE name = %(task_name)s
+), tails_woken AS (
+    SELECT pg_notify('tickwork_events', id::text) FROM started
 )
 SELECT started.*, (SELECT count(*) FROM claim) AS claimed,
-       (SELECT count(*) FROM journaled) AS journaled
+       (SELECT count(*) FROM journaled) AS journaled,
+       (SELECT count(*) FROM tails_woken) AS tails_woken
   FROM started
  RIGHT JOIN (SELECT 1) AS always ON true;
 
@@ -183,9 +186,12 @@ WITH picked AS (
       FROM started
 ), dropped AS (
     DELETE FROM queue_tasks q USING picked p WHERE q.name = p.name
+), tails_woken AS (  -- run_start reaches live tails at once, not with the first append
+    SELECT pg_notify('tickwork_events', id::text) FROM started
 )
 SELECT s.*, NULL::bigint AS last_seq, a.id AS agent_found, a.instructions AS agent_instructions,
-       a.tools AS agent_tools, a.auto_approve AS agent_auto_approve
+       a.tools AS agent_tools, a.auto_approve AS agent_auto_approve,
+       (SELECT count(*) FROM tails_woken) AS tails_woken
   FROM started s
   LEFT JOIN agents a ON a.id = s.agent_id;
 

@@ -155,3 +155,18 @@ async def test_a_lost_listen_connection_is_replaced_and_nothing_is_skipped(api, 
         async with running_worker(pool, db_url):
             got = await asyncio.wait_for(tail, 60)
     assert got == await events(api, run_id)
+
+
+async def test_a_poll_and_a_notification_refreshing_together_never_duplicate_events(api, pool, db_url):
+    from uuid import UUID
+
+    from scheduler.api.hub import EventHub
+
+    run_id = await start_run(api, await make_agent(api, []), {"script": [{"text": "ok"}]})
+    async with running_worker(pool, db_url):
+        await until(db_url, "SELECT status = 'completed' FROM executions WHERE id = %s", (run_id,))
+    hub = EventHub(pool, db_url)
+    async with hub.subscribe(UUID(run_id), 0) as feed:
+        await asyncio.gather(*[hub.refresh(UUID(run_id), notified=i % 2 == 0) for i in range(8)])
+        seqs = [e["seq"] for e in feed.events]
+    assert seqs == list(range(1, len(await events(api, run_id)) + 1))

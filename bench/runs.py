@@ -49,18 +49,18 @@ import sys
 import tempfile
 import textwrap
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote
 from uuid import UUID
 
 import psycopg
 import structlog
 from psycopg import sql as pgsql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 
-from scratch import redacted, say, scratch_database  # bench/scratch.py
+from scratch import (busy_pct, machine_cpu, process_cpu_s, say,  # bench/scratch.py
+                     scratch_database)
 from scheduler.runs import request_hash, start_agent_run
 from scheduler.tokens import Principal
 from sql import QUERIES
@@ -126,34 +126,6 @@ def setup(url: str) -> tuple[UUID, UUID]:
 
 
 # --- CPU accounting (only when the server runs on this machine) --------------------------------
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a process so far (None when it cannot be read)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def machine_cpu() -> tuple[float, float] | None:
-    """(busy, total) CPU jiffies of the whole machine so far."""
-    try:
-        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = values[3] + (values[4] if len(values) > 4 else 0)
-    return float(sum(values) - idle), float(sum(values))
-
-
-def busy_pct(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
-    if before is None or after is None or after[1] <= before[1]:
-        return None
-    return round(100 * (after[0] - before[0]) / (after[1] - before[1]), 1)
-
 
 def backends_cpu_s(url: str, application_prefix: str) -> float | None:
     """CPU seconds the Postgres backends of one application have used since they started."""

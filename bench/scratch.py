@@ -1,5 +1,6 @@
-"""What every bench shares: printing as it goes, and a scratch database on the server named by
-TICKWORK_DATABASE_URL (else on an embedded Postgres started for the bench), dropped after."""
+"""What every bench shares: printing as it goes, a scratch database on the server named by
+TICKWORK_DATABASE_URL (else on an embedded Postgres started for the bench, dropped after), and
+CPU accounting from /proc."""
 
 from __future__ import annotations
 
@@ -59,3 +60,33 @@ def _fresh_database(server_url: str, name: str) -> Iterator[str]:
 
 def redacted(url: str) -> str:
     return url.split("@")[-1] if "@" in url else url
+
+
+# --- CPU accounting (only when the server runs on this machine) --------------------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process so far (None when it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def machine_cpu() -> tuple[float, float] | None:
+    """(busy, total) CPU jiffies of the whole machine so far."""
+    try:
+        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return float(sum(values) - idle), float(sum(values))
+
+
+def busy_pct(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return round(100 * (after[0] - before[0]) / (after[1] - before[1]), 1)

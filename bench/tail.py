@@ -54,18 +54,18 @@ import sys
 import tempfile
 import textwrap
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import psycopg
 import structlog
 from psycopg import sql as pgsql
-from psycopg.conninfo import make_conninfo
 
+from scratch import (busy_pct, machine_cpu, process_cpu_s, say,  # bench/scratch.py
+                     scratch_database)
 from sql.migrate import migrate
 from worker.tools.publish import publish_catalog
 
@@ -76,54 +76,6 @@ TOOL = "demo.get_record"
 STALL_SECONDS = 60.0  # no progress for this long: the bench gives up instead of hanging
 GOAL_P99_MS = 100.0
 GOAL_SLOWDOWN = 0.05
-
-
-def say(message: str) -> None:
-    print(message, flush=True)
-
-
-# --- the database ---------------------------------------------------------------------------
-
-@contextmanager
-def scratch_database() -> Iterator[str]:
-    """Yield the conninfo of a fresh scratch database; drop it (and any embedded server) at the
-    end."""
-    server_url = os.environ.get("TICKWORK_DATABASE_URL", "")
-    if server_url:
-        say(f"server: TICKWORK_DATABASE_URL ({_redacted(server_url)})")
-        with _fresh_database(server_url) as url:
-            yield url
-        return
-    from sql.embedded import start_embedded
-
-    root = Path(tempfile.mkdtemp(prefix="tickwork-bench-tail-"))
-    os.chmod(root, 0o755)  # as root the server runs as another user, who must enter the folder
-    server = start_embedded(root)
-    say(f"server: embedded Postgres in {root} on port {server.port}")
-    try:
-        with _fresh_database(server.url) as url:
-            yield url
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@contextmanager
-def _fresh_database(server_url: str) -> Iterator[str]:
-    drop = pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(SCRATCH_DB))
-    create = pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(SCRATCH_DB))
-    with psycopg.connect(server_url, autocommit=True) as admin:
-        admin.execute(drop)  # a previous run that died leaves it behind
-        admin.execute(create)
-    try:
-        yield make_conninfo(server_url, dbname=SCRATCH_DB)
-    finally:
-        with psycopg.connect(server_url, autocommit=True) as admin:
-            admin.execute(drop)
-
-
-def _redacted(url: str) -> str:
-    return url.split("@")[-1] if "@" in url else url
 
 
 def describe_server(url: str) -> None:
@@ -150,34 +102,6 @@ def database_commits(url: str) -> int:
 
 
 # --- CPU accounting (only when the server runs on this machine) --------------------------------
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a process so far (None when it cannot be read)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
-def machine_cpu() -> tuple[float, float] | None:
-    """(busy, total) CPU jiffies of the whole machine so far."""
-    try:
-        values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
-    except (OSError, ValueError):
-        return None
-    idle = values[3] + (values[4] if len(values) > 4 else 0)
-    return float(sum(values) - idle), float(sum(values))
-
-
-def busy_pct(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
-    if before is None or after is None or after[1] <= before[1]:
-        return None
-    return round(100 * (after[0] - before[0]) / (after[1] - before[1]), 1)
-
 
 def backends(url: str) -> dict[int, tuple[str, float | None]]:
     """pid -> (application_name, CPU seconds so far) of every backend of the scratch database."""
@@ -978,7 +902,7 @@ def main() -> None:
     fd_note = raise_fd_limit(args.subscribers * 2 + 256)
     scratch = Path(tempfile.mkdtemp(prefix="tickwork-bench-tail-work-"))
     try:
-        with scratch_database() as url:
+        with scratch_database(SCRATCH_DB) as url:
             describe_server(url)
             migrate(url)
             tools = publish_catalog(url)

@@ -30,27 +30,22 @@ import json
 import math
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import Awaitable, Callable, Iterator
+from typing import Awaitable, Callable
 from uuid import UUID
 
 import psycopg
 import structlog
 from croniter import croniter
 from psycopg import sql as pgsql
-from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 # _due and batch_params: --explain builds a batch's parameters exactly as dispatch_once does.
-from scratch import redacted, say, scratch_database  # bench/scratch.py
+from scratch import say, scratch_database  # bench/scratch.py
 from scheduler.dispatcher import _due, batch_params, dispatch_due
 from scheduler.planner import CronCache, plan_fire
 from sql import QUERIES

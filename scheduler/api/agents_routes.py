@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Depends, Header, Query
+from fastapi import APIRouter, Body, Depends, Header
 
 from scheduler.agents import create_agent, delete_agent, get_agent, public_agent, replace_agent
 from scheduler.api.deps import Session, session

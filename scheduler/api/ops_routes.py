@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from scheduler.api.deps import (Session, admin_principal, pool_of, principal_only, session,
+from scheduler.api.deps import (Session, admin_principal, pool_of, session,
                                 settings_of)
 from scheduler.metrics import app_metrics, read_snapshot, sse_subscribers
 from scheduler.tokens import Principal

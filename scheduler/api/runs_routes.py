@@ -20,7 +20,6 @@ from scheduler.tokens import Principal
 from sql import QUERIES
 from sql.errors import Conflict
 from sql.journal import events_after
-from sql import QUERIES
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]

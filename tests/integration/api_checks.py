@@ -7,8 +7,8 @@ import psycopg
 from psycopg import sql
 
 
-async def fingerprint(db_url: str) -> dict[str, tuple[int, str]]:
-    """Row count and content hash of every table in the public schema."""
+async def fingerprint(db_url: str) -> dict[str, object]:
+    """Row count and content hash of every table in the public schema, and the schema itself."""
     async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
         tables = [row[0] for row in await (await conn.execute(
             "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
@@ -19,6 +19,10 @@ async def fingerprint(db_url: str) -> dict[str, tuple[int, str]]:
                             "t::text), '')) FROM {} AS t").format(sql.Identifier(table))
             count, digest = await (await conn.execute(query)).fetchone()
             result[table] = (count, digest)
+        result["__schema__"] = (await (await conn.execute(
+            "SELECT md5(string_agg(table_name || '.' || column_name || ':' || data_type, ','"
+            " ORDER BY table_name, column_name)) FROM information_schema.columns"
+            " WHERE table_schema = 'public'")).fetchone())[0]
         return result
 
 
@@ -35,18 +39,19 @@ def assert_error(response, status: int, code: str | None = None) -> dict:
     return body
 
 
-def check_every_response(api) -> None:
+async def check_response(response) -> None:
     """No 5xx, and every error is JSON with a code and a sentence."""
-    async def check(response):
-        await response.aread()
-        request = response.request
-        assert response.status_code < 500, (
-            f"{request.method} {request.url} -> {response.status_code}: {response.text[:500]}")
-        if response.status_code >= 400:
-            assert response.headers["content-type"].startswith("application/json"), response.text
-            body = response.json()
-            assert isinstance(body.get("error"), str) and body["error"], body
-            message = body.get("message")
-            assert isinstance(message, str) and len(message) >= 10 and " " in message, body
+    await response.aread()
+    request = response.request
+    assert response.status_code < 500, (
+        f"{request.method} {request.url} -> {response.status_code}: {response.text[:500]}")
+    if response.status_code >= 400:
+        assert response.headers["content-type"].startswith("application/json"), response.text
+        body = response.json()
+        assert isinstance(body.get("error"), str) and body["error"], body
+        message = body.get("message")
+        assert isinstance(message, str) and len(message) >= 10 and " " in message, body
 
-    api.event_hooks["response"].append(check)
+
+def check_every_response(api) -> None:
+    api.event_hooks["response"].append(check_response)

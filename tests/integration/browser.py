@@ -10,7 +10,6 @@ import socket
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
-import pytest
 import uvicorn
 
 CHROMIUM = os.environ.get("TICKWORK_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"

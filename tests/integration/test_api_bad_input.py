@@ -18,50 +18,15 @@ from urllib.parse import quote
 import httpx
 import psycopg
 import pytest
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
+
+from tests.integration.api_checks import check_response, fetch, fingerprint
 
 MISSING = "0190a000-0000-7000-8000-000000000000"
 LIMIT = 1024 * 1024
 
 
 # --- the shared world --------------------------------------------------------------------------
-
-async def fingerprint(db_url: str) -> dict[str, object]:
-    """Row count and content hash of every table in the public schema, and the schema itself."""
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-        tables = [row[0] for row in await (await conn.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') ORDER BY 1")).fetchall()]
-        result: dict[str, object] = {}
-        for table in tables:
-            query = sql.SQL("SELECT count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY "
-                            "t::text), '')) FROM {} AS t").format(sql.Identifier(table))
-            result[table] = await (await conn.execute(query)).fetchone()
-        result["__schema__"] = (await (await conn.execute(
-            "SELECT md5(string_agg(table_name || '.' || column_name || ':' || data_type, ','"
-            " ORDER BY table_name, column_name)) FROM information_schema.columns"
-            " WHERE table_schema = 'public'")).fetchone())[0]
-        return result
-
-
-async def fetch(db_url: str, query: str, params: tuple = ()) -> list[tuple]:
-    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-        return await (await conn.execute(query, params)).fetchall()
-
-
-async def check_response(response: httpx.Response) -> None:
-    await response.aread()
-    request = response.request
-    assert response.status_code < 500, (
-        f"{request.method} {request.url} -> {response.status_code}: {response.text[:500]}")
-    if response.status_code >= 400:
-        assert response.headers["content-type"].startswith("application/json"), response.text
-        body = response.json()
-        assert isinstance(body.get("error"), str) and body["error"], body
-        message = body.get("message")
-        assert isinstance(message, str) and len(message) >= 10 and " " in message, body
-
 
 @pytest.fixture(scope="module")
 async def world(pg_server_url, template_db):

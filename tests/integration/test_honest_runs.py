@@ -147,7 +147,7 @@ async def test_a_rejected_send_never_runs_and_the_model_is_told_no(api, pool, db
 
 
 async def test_approve_and_reject_at_the_same_instant_store_exactly_one_decision(api, pool, db_url):
-    run_id = await paused_run(api, pool, db_url)
+    await paused_run(api, pool, db_url)
     approval_id = (await api.get("/v1/approvals")).json()["items"][0]["id"]
     answers = await asyncio.gather(api.post(f"/v1/approvals/{approval_id}/approve"),
                                    api.post(f"/v1/approvals/{approval_id}/reject"))

@@ -14,7 +14,7 @@ from scheduler.api.app import create_app, stop_hub
 from scheduler.tick import run_tick
 from sql.db import open_pool
 from sql.migrate import apply_grants
-from tests.integration.test_worker_runs import events, start_run
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import running_worker, scalar, until
 
 ROLES = ("tickwork_scheduler", "tickwork_worker", "tickwork_api")

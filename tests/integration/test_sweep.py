@@ -9,7 +9,7 @@ import pytest
 from scheduler.sweep import sweep_once, sweep_stale
 from scheduler.tick import run_tick
 from sql.db import connect
-from tests.integration.factories import count, make_agent, make_schedules, make_tenant
+from tests.integration.factories import make_agent, make_schedules, make_tenant
 
 UTC = timezone.utc
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)

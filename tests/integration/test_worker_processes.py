@@ -12,7 +12,7 @@ import psycopg
 from scheduler.runs import start_agent_run
 from scheduler.sweep import sweep_stale
 from scheduler.tokens import Principal
-from sql.db import connect, open_pool
+from sql.db import connect
 from sql.migrate import migrate
 from tests.integration.factories import make_agent, make_tenant
 from tests.integration.workers import WorkerProcess, scalar, until

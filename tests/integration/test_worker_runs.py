@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
-import pytest
 
 from scheduler.sweep import sweep_stale
 from sql import failpoints

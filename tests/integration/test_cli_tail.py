@@ -19,8 +19,8 @@ from scheduler.api.app import create_app, stop_hub
 from tests.integration.drivers import ROOT
 from tests.integration.test_worker_runs import events, make_agent, start_run
 from tests.integration.workers import running_worker
-from tickwork.tail import Follower, SseEvent, SseParser, TailError, build_view, parse_sse, \
-    render, view_lines
+from tickwork.run_tree import build_view, render, view_lines
+from tickwork.sse_follow import Follower, SseEvent, SseParser, TailError, parse_sse
 
 TICKWORK = [sys.executable, "-m", "tickwork.cli"]
 

@@ -13,7 +13,7 @@ from scheduler.api.app import create_app
 from tests.integration.browser import chromium_page, screenshot, serving
 from tests.integration.test_worker_runs import events, make_agent, start_run
 from tests.integration.workers import running_worker, scalar, until
-from tickwork.tail import build_view, view_lines
+from tickwork.run_tree import build_view, view_lines
 
 from playwright.async_api import expect  # noqa: E402  (the test extra installs it)
 

@@ -230,3 +230,15 @@ async def test_cancel_ends_a_queued_run_at_once_and_a_running_one_at_its_next_tu
     run = (await api.get(f"/v1/runs/{slow}")).json()
     assert (run["status"], run["outcome"]) == ("cancelled", "cancelled")
     assert of_type(await events(api, slow), "gate_decision")[-1]["verdict"] == "cancelled"
+
+
+async def test_another_tenants_approval_is_a_404_and_stays_pending(api, pool, db_url):
+    await paused_run(api, pool, db_url)
+    approval_id = (await api.get("/v1/approvals")).json()["items"][0]["id"]
+    other = {"Authorization": f"Bearer {api.tokens['globex']}"}
+    assert (await api.get("/v1/approvals", headers=other)).json()["items"] == []
+    for verb in ("approve", "reject"):
+        response = await api.post(f"/v1/approvals/{approval_id}/{verb}", headers=other)
+        assert response.status_code == 404 and response.json()["error"] == "not_found"
+    assert scalar(db_url, "SELECT status FROM approvals") == "pending"
+    assert scalar(db_url, "SELECT count(*) FROM queue_tasks WHERE kind = 'resume'") == 0

@@ -32,7 +32,7 @@ class Finish:
 
 class Finisher:
     def __init__(self, pool: AsyncConnectionPool, *, max_batch: int = 64,
-                 linger_seconds: float = 0.002) -> None:
+                 linger_seconds: float = 0.0) -> None:
         self._pool, self._max, self._linger = pool, max_batch, linger_seconds
         self._queue: list[Finish] = []
         self._wake = asyncio.Event()
@@ -57,7 +57,9 @@ class Finisher:
         while True:
             await self._wake.wait()
             if len(self._queue) < self._max:
-                await asyncio.sleep(self._linger)  # let the runs ending together gather
+                # Yield once (or linger) so runs ending together gather; while a write is in
+                # flight the next batch gathers by itself, as a group commit does.
+                await asyncio.sleep(self._linger)
             batch, self._queue = self._queue[: self._max], self._queue[self._max:]
             if not self._queue:
                 self._wake.clear()

@@ -22,6 +22,7 @@ from scheduler.sweep import SweepResult, sweep_stale
 from sql import QUERIES
 
 log = structlog.get_logger()
+JOURNAL_MONTHS_AHEAD = 2
 
 
 @dataclass
@@ -68,13 +69,21 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
 
 async def trim_retention(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
                          now: datetime | None) -> int:
-    """Delete one batch of finished executions and skipped-fire records past retention."""
-    if settings.retention_days <= 0:
-        return 0
-    params = {"now": now, "days": settings.retention_days, "limit": settings.retention_batch_size}
+    """Delete one batch of finished executions and skipped-fire records past retention, drop
+    whole journal months past it, and make the next months' journal partitions ready."""
+    keep_days = max(settings.retention_days, 0)  # 0 keeps everything
+    params = {"now": now, "days": keep_days, "limit": settings.retention_batch_size,
+              "months_ahead": JOURNAL_MONTHS_AHEAD}
+    deleted = 0
     async with pool.connection() as conn:
-        async with conn.transaction():
-            cursor = await conn.execute(QUERIES["delete_finished_executions"], params)
-            deleted = len(await cursor.fetchall())
-            await conn.execute(QUERIES["delete_old_skipped_fires"], params)
+        if keep_days:
+            async with conn.transaction():
+                cursor = await conn.execute(QUERIES["delete_finished_executions"], params)
+                deleted = len(await cursor.fetchall())
+                await conn.execute(QUERIES["delete_old_skipped_fires"], params)
+        cursor = await conn.execute(QUERIES["manage_journal_partitions"], params)
+        changed = await cursor.fetchone()
+    if changed["created"] or changed["dropped"]:
+        log.info("journal_partitions_changed", created=changed["created"],
+                 dropped=changed["dropped"])
     return deleted

@@ -23,6 +23,8 @@ BEGIN
         GRANT SELECT, INSERT ON queue_tasks TO tickwork_scheduler;
         GRANT SELECT, INSERT, DELETE ON skipped_fires, run_events TO tickwork_scheduler;
         GRANT SELECT, DELETE ON tool_results TO tickwork_scheduler;
+        GRANT EXECUTE ON FUNCTION manage_journal_partitions(timestamptz, integer, integer)
+            TO tickwork_scheduler;
     END IF;
 
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_worker') THEN

@@ -21,3 +21,8 @@ DELETE FROM skipped_fires
  WHERE ctid = ANY (ARRAY(SELECT ctid FROM skipped_fires
                           WHERE recorded_at < coalesce(%(now)s::timestamptz, now()) - make_interval(days => %(days)s)
                           LIMIT %(limit)s));
+
+-- name: manage_journal_partitions
+SELECT created, dropped
+  FROM manage_journal_partitions(coalesce(%(now)s::timestamptz, now()), %(months_ahead)s,
+                                 %(days)s);

@@ -54,3 +54,31 @@ async def test_retention_zero_keeps_everything(db_url, pool, settings):
         execution(conn, tenant, make_agent(conn, tenant), status="failed", finished_days_ago=400)
     settings.retention_days = 0
     assert await trim_retention(pool, settings, now=NOW) == 0
+
+
+async def test_the_journal_gets_monthly_partitions_ahead_and_drops_whole_old_months(db_url, pool, settings):
+    from datetime import datetime, timezone
+
+    from uuid_utils.compat import uuid7
+
+    def partitions() -> list[str]:
+        with psycopg.connect(db_url) as conn:
+            return sorted(r[0] for r in conn.execute(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+                " WHERE i.inhparent = 'run_events'::regclass"))
+
+    await trim_retention(pool, settings, now=datetime(2027, 1, 20, tzinfo=timezone.utc))
+    assert partitions() == ["run_events_2027_02", "run_events_2027_03", "run_events_default"]
+    # An id minted in February 2027 lands in February's partition.
+    february = uuid7(nanoseconds=int(datetime(2027, 2, 10, tzinfo=timezone.utc).timestamp()) * 10**9)
+    with psycopg.connect(db_url) as conn:
+        conn.execute("INSERT INTO run_events (execution_id, seq, type) VALUES (%s, 1, 'run_start')",
+                     (february,))
+        where = conn.execute("SELECT tableoid::regclass::text FROM run_events").fetchone()[0]
+    assert where == "run_events_2027_02"
+    # 30 days of retention on 2027-05-15: February (ended Mar 1) and March (ended Apr 1) go,
+    # and the two months ahead (June, July) are made.
+    await trim_retention(pool, settings, now=datetime(2027, 5, 15, tzinfo=timezone.utc))
+    assert partitions() == ["run_events_2027_06", "run_events_2027_07", "run_events_default"]
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM run_events").fetchone()[0] == 0

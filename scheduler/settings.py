@@ -17,4 +17,6 @@ class SchedulerSettings(BaseSettings):
     sse_keepalive_seconds: float = 15.0
     tail_poll_seconds: float = 1.0
     stream_ticket_ttl_seconds: int = 600
+    auth_failure_limit: int = 30  # failed token attempts per client per window; 0 disables
+    auth_failure_window_seconds: float = 60.0
     test_mode: bool = False

@@ -87,7 +87,9 @@ async def pool(db_url):
 def settings():
     from scheduler.settings import SchedulerSettings
 
-    return SchedulerSettings(test_mode=True)
+    # Every in-process client comes from one address, and the auth tests fail on purpose many
+    # times: the failed-token brake is off here and tested on its own (test_throttle.py).
+    return SchedulerSettings(test_mode=True, auth_failure_limit=0)
 
 
 @pytest.fixture

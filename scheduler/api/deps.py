@@ -10,6 +10,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from scheduler.settings import SchedulerSettings
+from scheduler.api.throttle import AuthThrottle
 from scheduler.tokens import Principal, authenticate
 from sql.errors import Forbidden, Unauthorized
 
@@ -39,19 +40,38 @@ def bearer_token(request: Request) -> str:
     return token
 
 
+def throttle_of(request: Request) -> AuthThrottle:
+    state = request.app.state
+    if getattr(state, "throttle", None) is None:
+        settings = settings_of(request)
+        state.throttle = AuthThrottle(limit=settings.auth_failure_limit,
+                                      window_seconds=settings.auth_failure_window_seconds)
+    return state.throttle
+
+
+async def authenticated(request: Request, conn: AsyncConnection) -> Principal:
+    """The request's principal; failures count against the client's address."""
+    client = request.client.host if request.client else "unknown"
+    throttle = throttle_of(request)
+    throttle.check(client)
+    try:
+        return await authenticate(conn, bearer_token(request))
+    except Unauthorized:
+        throttle.failed(client)
+        raise
+
+
 async def session(request: Request) -> AsyncIterator[Session]:
-    token = bearer_token(request)
     async with pool_of(request).connection() as conn:
-        principal = await authenticate(conn, token)
+        principal = await authenticated(request, conn)
         yield Session(conn, principal)
 
 
 async def principal_only(request: Request) -> Principal:
     """Authenticate and give the connection back at once: for routes that take their own
     connections from the pool (a tick), so a request never holds one while waiting for more."""
-    token = bearer_token(request)
     async with pool_of(request).connection() as conn:
-        return await authenticate(conn, token)
+        return await authenticated(request, conn)
 
 
 async def admin_principal(principal: Principal = Depends(principal_only)) -> Principal:

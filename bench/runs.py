@@ -42,7 +42,6 @@ import collections
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -59,8 +58,8 @@ import structlog
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict
 
-from scratch import (busy_pct, machine_cpu, process_cpu_s, say,  # bench/scratch.py
-                     scratch_database)
+from scratch import (WorkerProcess, busy_pct, machine_cpu, process_cpu_s,  # bench/scratch.py
+                     say, scratch_database)
 from scheduler.runs import request_hash, start_agent_run
 from scheduler.tokens import Principal
 from sql import QUERIES
@@ -69,7 +68,6 @@ from sql.ids import new_id
 from sql.migrate import migrate
 from worker.tools.publish import publish_catalog
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRATCH_DB = "tickwork_bench_runs"
 RUN_INPUT = {"script": [{"text": "ok"}]}
 TIMEOUT_MINUTES = 5
@@ -226,40 +224,6 @@ async def enqueue_runs(url: str, tenant_id: UUID, agent_id: UUID, count: int,
 
 
 # --- the worker process ------------------------------------------------------------------------
-
-class WorkerProcess:
-    """``python -m tickwork.cli worker --concurrency C`` with default settings otherwise."""
-
-    def __init__(self, url: str, concurrency: int, log_path: Path) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, "w")
-        self.started = time.perf_counter()
-        # stdout (one JSON log line per run started and finished) is discarded, but the worker
-        # still renders it: that is part of its cost in production too.
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tickwork.cli", "worker", "--concurrency", str(concurrency)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._log, text=True,
-            env={**os.environ, "TICKWORK_DATABASE_URL": url})
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def check_alive(self) -> None:
-        if self.process.poll() is not None:
-            raise SystemExit(f"the worker exited with {self.process.returncode}:\n"
-                             + self.log_path.read_text()[-3000:])
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-        self._log.close()
-
 
 FINISHED = ("completed", "failed", "cancelled")
 PROGRESS = """SELECT count(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled')),

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -90,3 +94,55 @@ def busy_pct(before: tuple[float, float] | None, after: tuple[float, float] | No
     if before is None or after is None or after[1] <= before[1]:
         return None
     return round(100 * (after[0] - before[0]) / (after[1] - before[1]), 1)
+
+
+# --- tickwork processes a bench starts ---------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class BenchProcess:
+    """A process the bench starts; its output goes to a log whose tail is shown if it dies."""
+
+    name = "process"
+
+    def __init__(self, command: list[str], env: dict[str, str], log_path: Path,
+                 *, mode: str = "w", stdout_to_log: bool = False) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, mode)
+        self.started = time.perf_counter()
+        # A worker's stdout (a JSON log line per run) is discarded, but the process still
+        # renders it: that is part of its cost in production too.
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, stderr=subprocess.STDOUT if stdout_to_log else self._log,
+            stdout=self._log if stdout_to_log else subprocess.DEVNULL, text=True, env=env)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def check_alive(self) -> None:
+        if self.process.poll() is not None:
+            raise SystemExit(f"the {self.name} exited with {self.process.returncode}:\n"
+                             + self.log_path.read_text()[-3000:])
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+        self._log.close()
+
+
+class WorkerProcess(BenchProcess):
+    """``python -m tickwork.cli worker --concurrency C`` with default settings otherwise."""
+
+    name = "worker"
+
+    def __init__(self, url: str, concurrency: int, log_path: Path, *, mode: str = "w") -> None:
+        super().__init__([sys.executable, "-m", "tickwork.cli", "worker", "--concurrency",
+                          str(concurrency)], {**os.environ, "TICKWORK_DATABASE_URL": url},
+                         log_path, mode=mode)

@@ -46,7 +46,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -64,12 +63,11 @@ import psycopg
 import structlog
 from psycopg import sql as pgsql
 
-from scratch import (busy_pct, machine_cpu, process_cpu_s, say,  # bench/scratch.py
-                     scratch_database)
+from scratch import (ROOT, BenchProcess, WorkerProcess, busy_pct, machine_cpu, process_cpu_s,  # bench/scratch.py
+                     say, scratch_database)
 from sql.migrate import migrate
 from worker.tools.publish import publish_catalog
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRATCH_DB = "tickwork_bench_tail"
 HOST = "127.0.0.1"
 TOOL = "demo.get_record"
@@ -225,12 +223,13 @@ API_PROFILER = textwrap.dedent('''
 ''')
 
 
-class ApiProcess:
+class ApiProcess(BenchProcess):
     """``python -m tickwork.cli api --host 127.0.0.1 --port P`` (optionally profiled)."""
 
+    name = "API"
+
     def __init__(self, url: str, port: int, log_path: Path, profile_out: Path | None) -> None:
-        self.port, self.log_path, self.profile_out = port, log_path, profile_out
-        self._log = open(log_path, "w")
+        self.port, self.profile_out = port, profile_out
         env = {**os.environ, "TICKWORK_DATABASE_URL": url}
         if profile_out is None:
             command = [sys.executable, "-m", "tickwork.cli", "api", "--host", HOST,
@@ -238,12 +237,7 @@ class ApiProcess:
         else:
             command = [sys.executable, "-c", API_PROFILER, HOST, str(port)]
             env["PROFILE_OUT"] = str(profile_out)
-        self.process = subprocess.Popen(command, cwd=ROOT, stdout=self._log,
-                                        stderr=subprocess.STDOUT, text=True, env=env)
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
+        super().__init__(command, env, log_path, stdout_to_log=True)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -258,51 +252,6 @@ class ApiProcess:
         raise SystemExit(f"the API did not become healthy in {timeout:.0f} s:\n"
                          + self.log_path.read_text()[-3000:])
 
-    def check_alive(self) -> None:
-        if self.process.poll() is not None:
-            raise SystemExit(f"the API exited with {self.process.returncode}:\n"
-                             + self.log_path.read_text()[-3000:])
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-        self._log.close()
-
-
-class WorkerProcess:
-    """``python -m tickwork.cli worker --concurrency C`` with default settings otherwise."""
-
-    def __init__(self, url: str, concurrency: int, log_path: Path) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, "a")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tickwork.cli", "worker", "--concurrency", str(concurrency)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._log, text=True,
-            env={**os.environ, "TICKWORK_DATABASE_URL": url})
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def check_alive(self) -> None:
-        if self.process.poll() is not None:
-            raise SystemExit(f"the worker exited with {self.process.returncode}:\n"
-                             + self.log_path.read_text()[-3000:])
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-        self._log.close()
 
 
 # --- the API as a client sees it ---------------------------------------------------------------
@@ -606,7 +555,7 @@ async def run_phase(label: str, url: str, api: httpx.AsyncClient, api_proc: ApiP
     api_cpu_before = process_cpu_s(api_proc.pid)
     bench_cpu_before = time.process_time()
     marks: dict[str, Any] = {}
-    worker = WorkerProcess(url, args.concurrency, log_path)
+    worker = WorkerProcess(url, args.concurrency, log_path, mode="a")
 
     def first_start() -> None:
         marks["worker_cpu"] = process_cpu_s(worker.pid)

@@ -1,8 +1,8 @@
-"""Running one tool call for a run: look it up, check its arguments, run it, offload big results.
+"""Running one tool call of a tool the agent has: check its arguments, run it, offload big
+results. (Calls of tools the agent does not have are refused before they get here.)
 
-Every call the model makes gets a tool result back. A call that cannot run (a tool the agent
-does not have, arguments that do not fit) is refused with a result that says plainly it did
-NOT execute and what to do instead; a tool that raises returns its error type and message.
+Arguments that do not fit give a result that says plainly the call did NOT execute and what to
+do instead; a tool that raises returns its error type and message.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ class ToolContext:
 class ToolOutcome:
     text: str  # what the model sees
     ok: bool
-    refused_by: str | None = None  # why the call did not execute, when it did not
     duration_ms: float = 0.0
 
 
@@ -59,19 +58,14 @@ class ToolBox:
     def spec(self, name: str) -> ToolSpec | None:
         return self._specs.get(canonical_name(name))
 
-    async def call(self, call: ToolCall, *, step: int) -> ToolOutcome:
+    async def call(self, call: ToolCall, spec: ToolSpec, *, step: int) -> ToolOutcome:
+        """Run a call of a tool this agent has (the caller refuses unknown tools first)."""
         started = time.perf_counter()
-        spec = self.spec(call.name)
-        if spec is None:
-            text = refusal(call.name, "this agent has no such tool",
-                           f"use one of: {', '.join(sorted(self._specs)) or 'no tools'}")
-            return ToolOutcome(text, False, "unknown_tool")
         try:
             arguments = self._validated(spec, call.arguments)
         except ValueError as exc:
             return ToolOutcome(refusal(spec.key, f"the arguments do not fit ({exc})",
-                                       "call it again with arguments matching its schema"),
-                               False, "invalid_arguments")
+                                       "call it again with arguments matching its schema"), False)
         outcome = await self._run(spec, arguments, step)
         outcome.duration_ms = round((time.perf_counter() - started) * 1000, 1)
         return outcome

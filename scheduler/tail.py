@@ -20,7 +20,7 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.api.hub import EventHub, frame
+from scheduler.api.hub import EventHub, ended_without_terminal_event, frame
 from scheduler.tokens import Principal
 from sql import QUERIES
 from sql.errors import InvalidInput, NotFound, Unauthorized
@@ -28,7 +28,6 @@ from sql.journal import events_after
 
 MAX_SEQ = 2**31 - 1
 PAGE = 1000
-TERMINAL_STATUSES = ("completed", "failed", "cancelled")
 _TICKET_FORMAT = re.compile(r"st_[A-Za-z0-9_-]{43}")
 
 
@@ -91,11 +90,8 @@ async def _from_table(pool: AsyncConnectionPool, run_id: UUID, after: int) -> li
 
 
 async def _ended_without_terminal_event(pool: AsyncConnectionPool, run_id: UUID) -> bool:
-    """A run cancelled before it started has no events at all; its stream just ends."""
     async with pool.connection() as conn:
-        cursor = await conn.execute(QUERIES["run_status"], {"id": run_id})
-        row = await cursor.fetchone()
-    return row is None or (row["status"] in ("failed", "cancelled"))
+        return await ended_without_terminal_event(conn, run_id)
 
 
 def hash_ticket(ticket: str) -> bytes:

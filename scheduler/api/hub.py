@@ -55,6 +55,14 @@ class Feed:
         return self.events[seq + 1 - self.events[0]["seq"]:]
 
 
+async def ended_without_terminal_event(conn, run_id: UUID) -> bool:
+    """Whether the run is gone or ended without a run_complete (cancelled before it started):
+    a tail of it has nothing more to wait for."""
+    cursor = await conn.execute(QUERIES["run_status"], {"id": run_id})
+    row = await cursor.fetchone()
+    return row is None or row["status"] in ("failed", "cancelled")
+
+
 class EventHub:
     def __init__(self, pool: AsyncConnectionPool, url: str, *, poll_seconds: float = 1.0) -> None:
         self._pool, self._url, self._poll = pool, url, poll_seconds
@@ -97,9 +105,7 @@ class EventHub:
             async with self._pool.connection() as conn:
                 rows = await events_after(conn, run_id, feed.last_seq, limit=BUFFER_EVENTS)
                 if notified and not rows:
-                    cursor = await conn.execute(QUERIES["run_status"], {"id": run_id})
-                    status = await cursor.fetchone()
-                    feed.ended = status is None or status["status"] in ("failed", "cancelled")
+                    feed.ended = await ended_without_terminal_event(conn, run_id)
             rows = [row for row in rows if row["seq"] > feed.last_seq]
             for row in rows:
                 row["frame"] = frame(row)  # encoded once, for every subscriber

@@ -1,8 +1,9 @@
 """Finishing many runs in one statement: the worker's runs end together far more often than
 one at a time, and each statement is a commit (a WAL flush). A run hands its last events and
 verdict to the process's finisher and waits; the finisher writes whatever has gathered (up to
-a batch, or after a millisecond or two) with finish_runs and tells each run whether it
-finished or was fenced by the sweep."""
+a batch; runs that end while a write is in flight gather for the next one) with finish_runs
+and tells each run whether it finished or was fenced by the sweep. A run that ends alone (a
+cancellation at shutdown) writes through the same statement."""
 
 from __future__ import annotations
 
@@ -27,7 +28,26 @@ class Finish:
     outcome: str | None
     reason: str | None
     events: list[Any]  # PendingEvent
-    done: asyncio.Future
+    done: asyncio.Future | None = None  # None when the run writes its end itself
+
+
+@retry(retry=retry_if_exception_type(psycopg.OperationalError),
+       wait=wait_exponential(multiplier=0.2, max=3), stop=stop_after_delay(60), reraise=True)
+async def write_finishes(pool: AsyncConnectionPool, batch: list[Finish]) -> set[UUID]:
+    """One finish_runs statement for the batch; the ids of the runs that finished (any other
+    was fenced by the sweep). Retried while Postgres restarts: the events are idempotent and
+    the fence refuses a second verdict."""
+    events = [(item.execution_id, e) for item in batch for e in item.events]
+    async with pool.connection() as conn:
+        cursor = await conn.execute(QUERIES["finish_runs"], {
+            "ids": [i.execution_id for i in batch], "tokens": [i.run_token for i in batch],
+            "statuses": [i.status for i in batch], "outcomes": [i.outcome for i in batch],
+            "reasons": [i.reason for i in batch],
+            "event_ids": [run for run, _ in events], "seqs": [e.seq for _, e in events],
+            "parent_seqs": [e.parent_seq for _, e in events],
+            "types": [e.type for _, e in events],
+            "payloads": [Jsonb(e.payload) for _, e in events]})
+        return {row["id"] for row in await cursor.fetchall()}
 
 
 class Finisher:
@@ -64,7 +84,7 @@ class Finisher:
             if not self._queue:
                 self._wake.clear()
             try:
-                finished = await self._write(batch)
+                finished = await write_finishes(self._pool, batch)
             except Exception as exc:  # every waiter learns what went wrong
                 for item in batch:
                     if not item.done.done():
@@ -73,18 +93,3 @@ class Finisher:
             for item in batch:
                 if not item.done.done():
                     item.done.set_result(item.execution_id in finished)
-
-    @retry(retry=retry_if_exception_type(psycopg.OperationalError),
-           wait=wait_exponential(multiplier=0.2, max=3), stop=stop_after_delay(60), reraise=True)
-    async def _write(self, batch: list[Finish]) -> set[UUID]:
-        events = [(item.execution_id, e) for item in batch for e in item.events]
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(QUERIES["finish_runs"], {
-                "ids": [i.execution_id for i in batch], "tokens": [i.run_token for i in batch],
-                "statuses": [i.status for i in batch], "outcomes": [i.outcome for i in batch],
-                "reasons": [i.reason for i in batch],
-                "event_ids": [run for run, _ in events], "seqs": [e.seq for _, e in events],
-                "parent_seqs": [e.parent_seq for _, e in events],
-                "types": [e.type for _, e in events],
-                "payloads": [Jsonb(e.payload) for _, e in events]})
-            return {row["id"] for row in await cursor.fetchall()}

@@ -22,7 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from sql import QUERIES, failpoints
-from sql.finisher import Finisher
+from sql.finisher import Finish, Finisher, write_finishes
 
 
 def _reconnecting(method):
@@ -86,15 +86,11 @@ class RunJournal:
                                      outcome=outcome, reason=reason, events=events):
             raise RunFenced(f"execution {self.execution_id} is no longer running")
 
-    @_reconnecting
     async def _finish_alone(self, status: str, outcome: str | None, reason: str | None) -> None:
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(QUERIES["finish_run"], {
-                **self._batch(), "run_token": self.run_token, "status": status,
-                "outcome": outcome, "reason": reason})
-            row = await cursor.fetchone()
+        item = Finish(self.execution_id, self.run_token, status, outcome, reason, self._pending)
+        finished = await write_finishes(self._pool, [item])
         self._pending = []
-        if not row["finished"]:
+        if self.execution_id not in finished:
             raise RunFenced(f"execution {self.execution_id} is no longer running")
 
     @_reconnecting

@@ -92,32 +92,6 @@ SELECT (SELECT count(*) FROM fence) AS running,
        (SELECT cancel_requested_at IS NOT NULL FROM fence) AS cancel_requested,
        (SELECT count(*) FROM notified) AS notified;
 
--- name: finish_run
--- Fenced completion in one statement: only the run holding the token, only while running;
--- its last events (the terminal one included) and its verdict land together.
-WITH fence AS (
-    SELECT id FROM executions
-     WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
-       FOR UPDATE
-), appended AS (
-    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
-    SELECT fence.id, e.seq, e.parent_seq, e.type, e.payload
-      FROM fence,
-           unnest(%(seqs)s::integer[], %(parent_seqs)s::integer[], %(types)s::text[],
-                  %(payloads)s::jsonb[]) AS e(seq, parent_seq, type, payload)
-    ON CONFLICT (execution_id, seq) DO NOTHING
-), finished AS (
-    UPDATE executions e
-       SET status = %(status)s, outcome = %(outcome)s, reason = %(reason)s,
-           finished_at = now()
-      FROM fence
-     WHERE e.id = fence.id
-    RETURNING e.id
-), notified AS (
-    SELECT pg_notify('tickwork_events', id::text) FROM finished
-)
-SELECT (SELECT count(*) FROM finished) AS finished, (SELECT count(*) FROM notified) AS notified;
-
 -- name: lock_running_execution
 -- Taken by a suspension's transaction before it saves state (see append_run_events).
 SELECT id FROM executions

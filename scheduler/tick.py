@@ -70,7 +70,8 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
 async def trim_retention(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
                          now: datetime | None) -> int:
     """Delete one batch of finished executions and skipped-fire records past retention, drop
-    whole journal months past it, and make the next months' journal partitions ready."""
+    whole journal months past it, make the next months' journal partitions ready, and forget
+    stream tickets that expired over an hour ago."""
     keep_days = max(settings.retention_days, 0)  # 0 keeps everything
     params = {"now": now, "days": keep_days, "limit": settings.retention_batch_size,
               "months_ahead": JOURNAL_MONTHS_AHEAD}
@@ -83,6 +84,7 @@ async def trim_retention(pool: AsyncConnectionPool, settings: SchedulerSettings,
                 await conn.execute(QUERIES["delete_old_skipped_fires"], params)
         cursor = await conn.execute(QUERIES["manage_journal_partitions"], params)
         changed = await cursor.fetchone()
+        await conn.execute(QUERIES["delete_expired_stream_tickets"])
     if changed["created"] or changed["dropped"]:
         log.info("journal_partitions_changed", created=changed["created"],
                  dropped=changed["dropped"])

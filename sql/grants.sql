@@ -22,7 +22,7 @@ BEGIN
         -- (SELECT wherever an INSERT uses ON CONFLICT or RETURNING.)
         GRANT SELECT, INSERT ON queue_tasks TO tickwork_scheduler;
         GRANT SELECT, INSERT, DELETE ON skipped_fires, run_events TO tickwork_scheduler;
-        GRANT SELECT, DELETE ON tool_results TO tickwork_scheduler;
+        GRANT SELECT, DELETE ON tool_results, stream_tickets TO tickwork_scheduler;
         GRANT EXECUTE ON FUNCTION manage_journal_partitions(timestamptz, integer, integer)
             TO tickwork_scheduler;
     END IF;

@@ -82,3 +82,17 @@ async def test_the_journal_gets_monthly_partitions_ahead_and_drops_whole_old_mon
     assert partitions() == ["run_events_2027_06", "run_events_2027_07", "run_events_default"]
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM run_events").fetchone()[0] == 0
+
+
+async def test_stream_tickets_expired_over_an_hour_ago_are_forgotten(db_url, pool, settings):
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        conn.execute("INSERT INTO stream_tickets (ticket_hash, tenant_id, execution_id, expires_at)"
+                     " VALUES ('\\x01', %s, %s, now() - interval '2 hours'),"
+                     " ('\\x02', %s, %s, now() - interval '5 minutes'),"
+                     " ('\\x03', %s, %s, now() + interval '5 minutes')",
+                     (tenant, new_id(), tenant, new_id(), tenant, new_id()))
+    await trim_retention(pool, settings, now=None)
+    with psycopg.connect(db_url) as conn:
+        assert [bytes(r[0]) for r in conn.execute(
+            "SELECT ticket_hash FROM stream_tickets ORDER BY 1")] == [b"\x02", b"\x03"]

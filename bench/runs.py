@@ -55,11 +55,10 @@ from uuid import UUID
 
 import psycopg
 import structlog
-from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict
 
-from scratch import (WorkerProcess, busy_pct, machine_cpu, process_cpu_s,  # bench/scratch.py
-                     say, scratch_database)
+from scratch import (WorkerProcess, busy_pct, describe_server,  # bench/scratch.py
+                     machine_cpu, process_cpu_s, say, scratch_database)
 from scheduler.runs import request_hash, start_agent_run
 from scheduler.tokens import Principal
 from sql import QUERIES
@@ -88,17 +87,6 @@ def as_url(conninfo: str) -> str:
     if host.startswith("/"):  # a socket directory
         return f"postgresql://{auth}/{parts['dbname']}?host={quote(host, safe='')}&port={port}"
     return f"postgresql://{auth}{host}:{port}/{parts['dbname']}"
-
-
-def describe_server(url: str) -> None:
-    with psycopg.connect(url) as conn:
-        version = conn.execute("SHOW server_version").fetchone()[0]
-        names = ("shared_buffers", "synchronous_commit", "wal_sync_method", "max_connections")
-        settings = {name: conn.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name)))
-                    .fetchone()[0] for name in names}
-    load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
-    say(f"postgres {version}; " + ", ".join(f"{k}={v}" for k, v in settings.items())
-        + f"; {os.cpu_count()} CPUs, load average {load[0]:.2f}")
 
 
 def checkpoint(url: str) -> None:
@@ -750,7 +738,8 @@ def main() -> None:
     pgq_rate, pgq_reason = None, "skipped (--no-pgqueuer)"
     try:
         with scratch_database(SCRATCH_DB) as url:
-            describe_server(url)
+            describe_server(url, ("shared_buffers", "synchronous_commit", "wal_sync_method",
+                                  "max_connections"))
             tenant_id, agent_id = setup(url)
 
             floor = measure_floor(url, args.runs, args.concurrency, args.concurrency)

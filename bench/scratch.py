@@ -62,6 +62,17 @@ def _fresh_database(server_url: str, name: str) -> Iterator[str]:
             admin.execute(drop)
 
 
+def describe_server(url: str, settings: tuple[str, ...]) -> None:
+    """Print the server's version, the named settings, and the machine's CPUs and load."""
+    with psycopg.connect(url) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        shown = {name: conn.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name)))
+                 .fetchone()[0] for name in settings}
+    load = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    say(f"postgres {version}; " + ", ".join(f"{k}={v}" for k, v in shown.items())
+        + f"; {os.cpu_count()} CPUs, load average {load}")
+
+
 def redacted(url: str) -> str:
     return url.split("@")[-1] if "@" in url else url
 

@@ -61,10 +61,9 @@ from typing import Any
 import httpx
 import psycopg
 import structlog
-from psycopg import sql as pgsql
 
-from scratch import (ROOT, BenchProcess, WorkerProcess, busy_pct, machine_cpu, process_cpu_s,  # bench/scratch.py
-                     say, scratch_database)
+from scratch import (ROOT, BenchProcess, WorkerProcess, busy_pct,  # bench/scratch.py
+                     describe_server, machine_cpu, process_cpu_s, say, scratch_database)
 from sql.migrate import migrate
 from worker.tools.publish import publish_catalog
 
@@ -74,16 +73,6 @@ TOOL = "demo.get_record"
 STALL_SECONDS = 60.0  # no progress for this long: the bench gives up instead of hanging
 GOAL_P99_MS = 100.0
 GOAL_SLOWDOWN = 0.05
-
-
-def describe_server(url: str) -> None:
-    with psycopg.connect(url) as conn:
-        version = conn.execute("SHOW server_version").fetchone()[0]
-        names = ("shared_buffers", "synchronous_commit", "max_connections")
-        settings = {name: conn.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name)))
-                    .fetchone()[0] for name in names}
-    say(f"postgres {version}; " + ", ".join(f"{k}={v}" for k, v in settings.items())
-        + f"; {os.cpu_count()} CPUs, load average {load_text()}")
 
 
 def load_text() -> str:
@@ -852,7 +841,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="tickwork-bench-tail-work-"))
     try:
         with scratch_database(SCRATCH_DB) as url:
-            describe_server(url)
+            describe_server(url, ("shared_buffers", "synchronous_commit", "max_connections"))
             migrate(url)
             tools = publish_catalog(url)
             say(f"migrated; {tools} tools published; {fd_note}")

@@ -45,7 +45,7 @@ from psycopg import sql as pgsql
 from psycopg_pool import AsyncConnectionPool
 
 # _due and batch_params: --explain builds a batch's parameters exactly as dispatch_once does.
-from scratch import say, scratch_database  # bench/scratch.py
+from scratch import describe_server, say, scratch_database  # bench/scratch.py
 from scheduler.dispatcher import _due, batch_params, dispatch_due
 from scheduler.planner import CronCache, plan_fire
 from sql import QUERIES
@@ -76,15 +76,6 @@ FLOOR_CLAIM = """SELECT id FROM schedules
                     FOR UPDATE SKIP LOCKED"""
 FLOOR_ADVANCE = """UPDATE schedules SET next_run = next_run + interval '1 day'
                     WHERE id = ANY(%(ids)s)"""
-
-
-def describe_server(url: str) -> None:
-    with psycopg.connect(url) as conn:
-        version = conn.execute("SHOW server_version").fetchone()[0]
-        names = ("shared_buffers", "synchronous_commit", "work_mem", "max_wal_size")
-        settings = {name: conn.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name)))
-                    .fetchone()[0] for name in names}
-    say(f"postgres {version}; " + ", ".join(f"{k}={v}" for k, v in settings.items()))
 
 
 # --- the data -------------------------------------------------------------------------------
@@ -374,7 +365,7 @@ def main() -> None:
     check_due_crons()
     small = args.schedules // 10
     with scratch_database(SCRATCH_DB) as url:
-        describe_server(url)
+        describe_server(url, ("shared_buffers", "synchronous_commit", "work_mem", "max_wal_size"))
         migrate(url)
         agents = agent_count(args.schedules, args.due, args.agents)
         big = bench_one(url, f"{args.schedules:,}", args.schedules, args.due, agents, args)

@@ -56,6 +56,14 @@ async def _open_with_retry(pool: AsyncConnectionPool) -> None:
     await pool.open(wait=True, timeout=10)
 
 
+def reconnecting(function):
+    """A leaf retry for one statement while Postgres restarts: keep trying for up to 60 s.
+    Only for statements that are safe to repeat (idempotent, or fenced)."""
+    return retry(retry=retry_if_exception_type(psycopg.OperationalError),
+                 wait=wait_exponential(multiplier=0.2, max=3), stop=stop_after_delay(60),
+                 reraise=True)(function)
+
+
 async def connect(url: str, *, application_name: str) -> psycopg.AsyncConnection:
     """One connection outside the pool (LISTEN, tests)."""
     return await psycopg.AsyncConnection.connect(url, **connect_kwargs(application_name))

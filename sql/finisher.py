@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
-from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from sql import QUERIES
+from sql.db import reconnecting
 
 
 @dataclass
@@ -31,8 +30,7 @@ class Finish:
     done: asyncio.Future | None = None  # None when the run writes its end itself
 
 
-@retry(retry=retry_if_exception_type(psycopg.OperationalError),
-       wait=wait_exponential(multiplier=0.2, max=3), stop=stop_after_delay(60), reraise=True)
+@reconnecting
 async def write_finishes(pool: AsyncConnectionPool, batch: list[Finish]) -> set[UUID]:
     """One finish_runs statement for the batch; the ids of the runs that finished (any other
     was fenced by the sweep). Retried while Postgres restarts: the events are idempotent and

@@ -15,21 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 from uuid import UUID
 
-import psycopg
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
-from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from sql import QUERIES, failpoints
+from sql.db import reconnecting
 from sql.finisher import Finish, Finisher, write_finishes
-
-
-def _reconnecting(method):
-    """A leaf retry: while Postgres restarts, keep trying the same append for up to 60 s."""
-    return retry(retry=retry_if_exception_type(psycopg.OperationalError),
-                 wait=wait_exponential(multiplier=0.2, max=3), stop=stop_after_delay(60),
-                 reraise=True)(method)
 
 
 class RunFenced(Exception):
@@ -59,7 +51,7 @@ class RunJournal:
         self._pending.append(PendingEvent(seq, parent, type, self._redact(payload)))
         return seq
 
-    @_reconnecting
+    @reconnecting
     async def flush(self) -> None:
         """Append the buffered events (one statement); raise RunFenced if the run is no longer
         ours. Also learns whether a person asked the run to stop."""
@@ -93,7 +85,7 @@ class RunJournal:
         if self.execution_id not in finished:
             raise RunFenced(f"execution {self.execution_id} is no longer running")
 
-    @_reconnecting
+    @reconnecting
     async def suspend(self, *, state: dict[str, Any], version: int, approval_id: str,
                       tool_call_id: str, tool: str, arguments: dict[str, Any]) -> None:
         """Save the run's state, create its approval and end the execution as suspended

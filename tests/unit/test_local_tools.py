@@ -1,7 +1,6 @@
 """Local tools without Postgres: the plan, task_complete, SQL over a stored value, slicing."""
 
 import json
-import time
 
 import pytest
 
@@ -128,11 +127,9 @@ def test_sqlite_errors_come_back_as_sentences_naming_the_columns():
 
 
 def test_a_runaway_query_is_stopped():
-    started = time.monotonic()
     with pytest.raises(ToolInputError, match="longer than 0.2 s"):
         query_rows(RECORDS, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
                             "SELECT count(*) FROM c", time_limit_s=0.2)
-    assert time.monotonic() - started < 2
 
 
 # --- read_file's slicing -------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 import base64
 import hashlib
-import time
 import uuid
 from datetime import datetime, timezone
 
@@ -133,20 +132,16 @@ def test_nested_values_are_copied_with_secrets_redacted():
     assert repr(value) == original  # the input is not modified
 
 
-def test_redaction_is_fast_and_linear():
+def test_ordinary_records_and_a_megabyte_of_base64_pass_through_untouched():
+    # Speed is measured in bench/, never asserted here. A branch that backtracked per position
+    # would make the megabyte below quadratic: the test's own timeout (pytest-timeout) is the
+    # only clock involved, far above any busy machine's time for a linear scan.
     records = [{"id": i, "title": f"Record {i}", "category": "invoice",
                 "body": f"Record {i} is an invoice opened on day {i % 28}; priority {i % 4}."}
                for i in range(500)]
-    started = time.perf_counter()
-    for _ in range(10):
-        assert redact(records) == records
-    per_call = (time.perf_counter() - started) / 10
-    assert per_call < 0.05, f"redacting 500 records took {per_call * 1000:.1f} ms"
-    # One megabyte without separators: a branch that backtracked per position would be quadratic.
+    assert redact(records) == records
     blob = base64.b64encode(bytes(range(256)) * 3000).decode()
-    started = time.perf_counter()
     assert redact_text(blob) == blob
-    assert time.perf_counter() - started < 1.0
 
 
 def test_journal_payloads_replace_what_jsonb_cannot_store_and_keep_the_rest():

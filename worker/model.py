@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -25,9 +25,10 @@ def canonical_name(tool: str) -> str:
 
 @dataclass
 class ToolCall:
-    id: str
+    id: str  # the harness's own name for the call once the loop has it (never the model's)
     name: str  # canonical (vendor.tool)
     arguments: dict[str, Any]
+    provider_id: str | None = None  # what the model called it: for logs only, never a key
 
     def to_openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function",
@@ -67,11 +68,30 @@ class Message:
                    state.get("injected", False))
 
 
+@dataclass(frozen=True)
+class Usage:
+    """Tokens one model call cost, as the provider reported them (OpenAI's prompt_tokens and
+    completion_tokens)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
 @dataclass
 class Reply:
     text: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     reasoning: str = ""
+    usage: Usage | None = None  # None: the provider reported nothing
+    streamed: bool = False  # the text already went out through on_text, piece by piece
+
+
+class ContextTooLong(RuntimeError):
+    """The provider refused the request because the messages exceed the model's context."""
+
+
+# Called with each piece of answer text as a streaming provider receives it.
+TextSink = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -97,4 +117,4 @@ class RunView:
 
 class ModelProvider(Protocol):
     async def complete(self, alias: str, messages: list[Message], tools: list[ToolSchema],
-                       run: RunView) -> Reply: ...
+                       run: RunView, *, on_text: TextSink | None = None) -> Reply: ...

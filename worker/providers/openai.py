@@ -16,7 +16,8 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity import wait_exponential
 
-from worker.model import Message, Reply, RunView, ToolCall, ToolSchema, canonical_name
+from worker.model import (Message, Reply, RunView, TextSink, ToolCall, ToolSchema,
+                          canonical_name)
 
 MESSAGE_LIMIT = 300  # characters of a server's error message kept in ours
 
@@ -54,7 +55,7 @@ class OpenAIProvider:
             await self._http.aclose()
 
     async def complete(self, alias: str, messages: list[Message], tools: list[ToolSchema],
-                       run: RunView) -> Reply:
+                       run: RunView, *, on_text: TextSink | None = None) -> Reply:
         model = self._models.get(alias) or self._models.get("default")
         if not model:
             raise ProviderError(f"No openai model is configured for alias '{alias}'.")

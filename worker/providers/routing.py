@@ -15,7 +15,7 @@ import httpx
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from worker.model import Message, ModelProvider, Reply, RunView, ToolSchema
+from worker.model import Message, ModelProvider, Reply, RunView, TextSink, ToolSchema
 from worker.providers.openai import OpenAIProvider
 from worker.providers.scripted import ScriptedProvider
 
@@ -94,8 +94,9 @@ class Router:
         return self._providers.get(alias) or self._providers[DEFAULT_ALIAS]
 
     async def complete(self, alias: str, messages: list[Message], tools: list[ToolSchema],
-                       run: RunView) -> Reply:
-        return await self.provider_for(alias).complete(alias, messages, tools, run)
+                       run: RunView, *, on_text: TextSink | None = None) -> Reply:
+        return await self.provider_for(alias).complete(alias, messages, tools, run,
+                                                      on_text=on_text)
 
     async def aclose(self) -> None:
         for provider in {id(p): p for p in self._providers.values()}.values():

@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from worker.model import Message, Reply, RunView, ToolCall, ToolSchema, canonical_name
+from worker.model import (Message, Reply, RunView, TextSink, ToolCall, ToolSchema,
+                          canonical_name)
 
 JUDGE_ALIAS = "judge"
 MAX_REPEAT = 100_000
@@ -204,7 +205,7 @@ class ScriptedProvider:
         self._sleep = sleep
 
     async def complete(self, alias: str, messages: list[Message], tools: list[ToolSchema],
-                       run: RunView) -> Reply:
+                       run: RunView, *, on_text: TextSink | None = None) -> Reply:
         given = run.input or {}
         if alias == JUDGE_ALIAS:
             return Reply(text=verdict_at(given.get("judge"), run.judge_calls))

@@ -28,6 +28,7 @@ class Finish:
     reason: str | None
     events: list[Any]  # PendingEvent
     done: asyncio.Future | None = None  # None when the run writes its end itself
+    usage: dict[str, int] | None = None  # the run's whole usage; None leaves the column as is
 
 
 @reconnecting
@@ -41,6 +42,7 @@ async def write_finishes(pool: AsyncConnectionPool, batch: list[Finish]) -> set[
             "ids": [i.execution_id for i in batch], "tokens": [i.run_token for i in batch],
             "statuses": [i.status for i in batch], "outcomes": [i.outcome for i in batch],
             "reasons": [i.reason for i in batch],
+            "usages": [None if i.usage is None else Jsonb(i.usage) for i in batch],
             "event_ids": [run for run, _ in events], "seqs": [e.seq for _, e in events],
             "parent_seqs": [e.parent_seq for _, e in events],
             "types": [e.type for _, e in events],
@@ -57,12 +59,14 @@ class Finisher:
         self._task: asyncio.Task | None = None
 
     async def finish(self, execution_id: UUID, run_token: UUID, *, status: str,
-                     outcome: str | None, reason: str | None, events: list[Any]) -> bool:
+                     outcome: str | None, reason: str | None, events: list[Any],
+                     usage: dict[str, int] | None = None) -> bool:
         """Queue a run's end; True once it is committed, False if the run was fenced."""
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run())
         done = asyncio.get_running_loop().create_future()
-        self._queue.append(Finish(execution_id, run_token, status, outcome, reason, events, done))
+        self._queue.append(Finish(execution_id, run_token, status, outcome, reason, events, done,
+                                  usage))
         self._wake.set()
         return await done
 

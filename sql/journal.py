@@ -66,20 +66,24 @@ class RunJournal:
         self._pending = []
 
     async def finish(self, *, status: str, outcome: str | None, reason: str | None = None,
-                     finisher: "Finisher | None" = None) -> None:
+                     finisher: "Finisher | None" = None,
+                     usage: dict[str, int] | None = None) -> None:
         """Append what is buffered (the terminal event included) and record the verdict
         together (through the process's finisher, batched with other runs, when given); raise
-        RunFenced if the sweep got there first."""
+        RunFenced if the sweep got there first. usage is the run's whole total
+        ({"input_tokens", "output_tokens", "model_calls"}); None leaves the stored usage."""
         await failpoints.hit("run.before_complete_commit")
         if finisher is None:
-            return await self._finish_alone(status, outcome, reason)
+            return await self._finish_alone(status, outcome, reason, usage)
         events, self._pending = self._pending, []
         if not await finisher.finish(self.execution_id, self.run_token, status=status,
-                                     outcome=outcome, reason=reason, events=events):
+                                     outcome=outcome, reason=reason, events=events, usage=usage):
             raise RunFenced(f"execution {self.execution_id} is no longer running")
 
-    async def _finish_alone(self, status: str, outcome: str | None, reason: str | None) -> None:
-        item = Finish(self.execution_id, self.run_token, status, outcome, reason, self._pending)
+    async def _finish_alone(self, status: str, outcome: str | None, reason: str | None,
+                            usage: dict[str, int] | None) -> None:
+        item = Finish(self.execution_id, self.run_token, status, outcome, reason, self._pending,
+                      usage=usage)
         finished = await write_finishes(self._pool, [item])
         self._pending = []
         if self.execution_id not in finished:
@@ -87,9 +91,11 @@ class RunJournal:
 
     @reconnecting
     async def suspend(self, *, state: dict[str, Any], version: int, approval_id: str,
-                      tool_call_id: str, tool: str, arguments: dict[str, Any]) -> None:
+                      tool_call_id: str, tool: str, arguments: dict[str, Any],
+                      usage: dict[str, int] | None = None) -> None:
         """Save the run's state, create its approval and end the execution as suspended
-        (completed, breadcrumb 'suspended', no terminal event), in one transaction."""
+        (completed, breadcrumb 'suspended', no terminal event), in one transaction. usage is
+        the run's total so far; None leaves the stored usage."""
         async with self._pool.connection() as conn:
             async with conn.transaction():
                 cursor = await conn.execute(QUERIES["lock_running_execution"], {
@@ -102,7 +108,8 @@ class RunJournal:
                 cursor = await conn.execute(QUERIES["suspend_for_approval"], {
                     "execution_id": self.execution_id, "run_token": self.run_token,
                     "version": version, "state": Jsonb(state), "approval_id": approval_id,
-                    "tool_call_id": tool_call_id, "tool": tool, "arguments": Jsonb(arguments)})
+                    "tool_call_id": tool_call_id, "tool": tool, "arguments": Jsonb(arguments),
+                    "usage": None if usage is None else Jsonb(usage)})
                 if await cursor.fetchone() is None:
                     raise RunFenced(f"execution {self.execution_id} is no longer running")
         self._pending = []

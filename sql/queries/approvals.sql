@@ -14,7 +14,8 @@ WITH saved AS (
     ON CONFLICT (id) DO NOTHING
 )
 UPDATE executions
-   SET status = 'completed', breadcrumb = 'suspended', outcome = NULL, run_token = NULL
+   SET status = 'completed', breadcrumb = 'suspended', outcome = NULL, run_token = NULL,
+       usage = coalesce(%(usage)s::jsonb, usage)  -- the total so far; NULL leaves it
  WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
 RETURNING id;
 

@@ -172,11 +172,12 @@ SELECT s.*, NULL::bigint AS last_seq, a.id AS agent_found, a.instructions AS age
 -- name: finish_runs
 -- Many runs finished together, in one statement: each run is fenced on its own (only while
 -- running, only with its token), its last events land with its verdict, and tails are woken.
--- The returned ids are the runs that finished; any other was fenced by the sweep.
+-- The returned ids are the runs that finished; any other was fenced by the sweep. A run's
+-- usage is its whole total (a resumed run's state carries what it spent before the pause).
 WITH runs AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[], %(statuses)s::text[],
-                         %(outcomes)s::text[], %(reasons)s::text[])
-             AS r(id, run_token, status, outcome, reason)
+                         %(outcomes)s::text[], %(reasons)s::text[], %(usages)s::jsonb[])
+             AS r(id, run_token, status, outcome, reason, usage)
 ), fence AS (
     SELECT e.id FROM executions e
       JOIN runs r ON r.id = e.id AND r.run_token = e.run_token
@@ -193,7 +194,8 @@ WITH runs AS (
     ON CONFLICT (execution_id, seq) DO NOTHING
 ), finished AS (
     UPDATE executions e
-       SET status = r.status, outcome = r.outcome, reason = r.reason, finished_at = now()
+       SET status = r.status, outcome = r.outcome, reason = r.reason, finished_at = now(),
+           usage = coalesce(r.usage, e.usage)  -- a NULL usage leaves the column as it is
       FROM runs r JOIN fence f ON f.id = r.id
      WHERE e.id = r.id
     RETURNING e.id

@@ -155,7 +155,7 @@ async def test_secrets_are_redacted_before_the_journal_stores_them(api, pool, db
               {"text": f"Use the key {canary} with Authorization: Bearer {canary}"}]
     _, journal = await run_to_end(api, pool, db_url, {"script": script})
     stored = scalar(db_url, "SELECT string_agg(payload::text, ' ') FROM run_events")
-    assert canary not in stored and "[REDACTED]" in stored
+    assert canary not in stored and "[REDACTED:password]" in stored
     assert canary not in str(journal)
 
 

@@ -15,4 +15,4 @@ def test_log_lines_are_json_with_secrets_redacted(capsys):
         structlog.reset_defaults()
     assert line["event"] == "tick_failed" and line["execution_id"] == "e1"
     assert "hunter2" not in line["error"] and "Z" * 40 not in line["error"]
-    assert "[REDACTED]" in line["error"]
+    assert "[REDACTED:url_password]" in line["error"] and "[REDACTED:openai]" in line["error"]

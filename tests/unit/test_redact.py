@@ -7,9 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from worker.redact import REDACTED, redact, redact_text
-
-R = REDACTED
+from worker.redact import might_hold_secret, redact, redact_text, redacted
 
 
 def body(n: int, alphabet: str = "aB3dE5fG7hJ9kL1mN2pQ4rS6tU8vW0xYz") -> str:
@@ -23,75 +21,140 @@ JWT = "eyJ" + body(20) + ".eyJ" + body(30) + "." + body(43)
 PEM = ("-----BEGIN RSA PRIVATE KEY-----\nMIIEow" + body(60) + "\n" + body(64)
        + "\n-----END RSA PRIVATE KEY-----")
 
+
+def R(kind: str) -> str:
+    return redacted(kind)
+
+
+def hexs(n: int) -> str:
+    return body(n, "0123456789abcdef")
+
+
+# (name, text, expected). At least 25 realistic shapes, every one assembled from fragments.
 POSITIVE = [
-    ("openai", f"key is {'sk-'}{body(48)} ok", f"key is {R} ok"),
-    ("openai project", f"{'sk-proj-'}{body(60)}", R),
-    ("anthropic", f"use {'sk-ant-'}api03-{body(80)}", f"use {R}"),
-    ("aws access key id", f"id={'AK'}IA{UPPER}", f"id={R}"),
-    ("aws temporary key id", f"{'AS'}IA{UPPER} in text", f"{R} in text"),
+    ("openai", f"key is {'sk-'}{body(48)} ok", f"key is {R('openai')} ok"),
+    ("openai project", f"{'sk-'}proj-{body(60)}", R("openai")),
+    ("anthropic", f"use {'sk-'}ant-api03-{body(80)}", f"use {R('anthropic')}"),
+    ("aws access key id", f"id={'AK'}IA{UPPER}", f"id={R('aws')}"),
+    ("aws temporary key id", f"{'AS'}IA{UPPER} in text", f"{R('aws')} in text"),
     ("aws secret", "aws_secret_access_key=" + body(40, "abcXYZ0123456789+/"),
-     f"aws_secret_access_key={R}"),
+     f"aws_secret_access_key={R('secret')}"),
     ("aws secret in env", "AWS_SECRET_ACCESS_KEY = '" + body(40) + "'",
-     f"AWS_SECRET_ACCESS_KEY = '{R}'"),
-    ("github classic", f"{'gh'}p_{body(36)}", R),
-    ("github oauth", f"token {'gh'}o_{body(36)}.", f"token {R}."),
-    ("github server", f"{'gh'}s_{body(36)}", R),
-    ("github fine-grained", f"{'github'}_pat_11ABC{body(70)}", R),
-    ("slack bot", f"{'xo'}xb-1234567890-{body(24)}", R),
-    ("slack user", f"{'xo'}xp-12-34-{body(30)}", R),
-    ("google", f"{'AI'}za{body(35)}", R),
-    ("tickwork", f"token: {'tw_'}{body(43)}", f"token: {R}"),
-    ("bearer", f"Authorization: Bearer {'tw_'}{body(43)}", f"Authorization: Bearer {R}"),
-    ("bearer jwt", f"bearer {JWT}", f"bearer {R}"),
-    ("basic auth header", "Authorization: Basic dXNlcjpwYXNzd29yZA==", f"Authorization: Basic {R}"),
-    ("jwt", f"jwt={JWT}&next=1", f"jwt={R}&next=1"),
-    ("jwt alone", f"got {JWT} back", f"got {R} back"),
-    ("pem", f"before\n{PEM}\nafter", f"before\n{R}\nafter"),
-    ("pem cut off", f"key:\n{PEM[:90]}", f"key:\n{R}"),
+     f"AWS_SECRET_ACCESS_KEY = '{R('secret')}'"),
+    ("github classic", f"{'gh'}p_{body(36)}", R("github")),
+    ("github oauth", f"token {'gh'}o_{body(36)}.", f"token {R('github')}."),
+    ("github server", f"{'gh'}s_{body(36)}", R("github")),
+    ("github fine-grained", f"{'github'}_pat_11ABC{body(70)}", R("github")),
+    ("gitlab personal", f"{'gl'}pat-{body(20)}", R("gitlab")),
+    ("gitlab deploy", f"git clone with {'gl'}dt-{body(24)} now", f"git clone with {R('gitlab')} now"),
+    ("gitlab runner", f"{'GR'}1348941{body(20)}", R("gitlab")),
+    ("slack bot", f"{'xo'}xb-1234567890-{body(24)}", R("slack")),
+    ("slack user", f"{'xo'}xp-12-34-{body(30)}", R("slack")),
+    ("slack app", f"{'xa'}pp-1-A0{body(30)}", R("slack")),
+    ("slack webhook", f"post to https://{'hooks'}.slack.com/services/T0{UPPER[:8]}/B0{UPPER[:8]}/{body(24)}",
+     f"post to https://{R('slack_webhook')}"),
+    ("stripe live secret", f"{'sk'}_live_{body(24)}", R("stripe")),
+    ("stripe restricted", f"{'rk'}_test_{body(24)}", R("stripe")),
+    ("stripe webhook secret", f"{'wh'}sec_{body(32)}", R("stripe")),
+    ("sendgrid", f"{'SG'}.{body(22)}.{body(43)}", R("sendgrid")),
+    ("hugging face", f"HF: {'hf'}_{body(34)}", f"HF: {R('huggingface')}"),
+    ("npm", f"{'np'}m_{body(36)}", R("npm")),
+    ("npmrc auth token", f"//registry.example/:_authToken={hexs(8)}-{hexs(4)}",
+     f"//registry.example/:_authToken={R('token')}"),
+    ("pypi", f"{'py'}pi-AgEIcHlwaS5vcmc{body(70)}", R("pypi")),
+    ("google api key", f"{'AI'}za{body(35)}", R("google")),
+    ("google oauth secret", f"{'GOC'}SPX-{body(28)}", R("google")),
+    ("google access token", f"{'ya'}29.{body(40)}", R("google")),
+    ("tickwork", f"use {'tw_'}{body(43)}", f"use {R('tickwork')}"),
+    ("labelled tickwork", f"token: {'tw_'}{body(43)}", f"token: {R('token')}"),
+    ("bearer header", f"Authorization: Bearer {'tw_'}{body(43)}",
+     f"Authorization: Bearer {R('authorization')}"),
+    ("bearer jwt", f"bearer {JWT}", f"bearer {R('bearer')}"),
+    ("basic auth header", "Authorization: Basic dXNlcjpwYXNzd29yZA==",
+     f"Authorization: Basic {R('authorization')}"),
+    ("cookie header", "Cookie: sid=" + body(20) + "; theme=dark\nnext", f"Cookie: {R('cookie')}\nnext"),
+    ("set-cookie header", "Set-Cookie: session=" + body(20) + "; HttpOnly",
+     f"Set-Cookie: {R('cookie')}"),
+    ("jwt", f"jwt={JWT}&next=1", f"jwt={R('jwt')}&next=1"),
+    ("jwt alone", f"got {JWT} back", f"got {R('jwt')} back"),
+    ("rsa pem", f"before\n{PEM}\nafter", f"before\n{R('private_key')}\nafter"),
+    ("pem cut off", f"key:\n{PEM[:90]}", f"key:\n{R('private_key')}"),
+    ("openssh key", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn" + body(70)
+     + "\n-----END OPENSSH PRIVATE KEY-----", R("private_key")),
+    ("pgp private key", "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF" + body(64)
+     + "\n-----END PGP PRIVATE KEY BLOCK-----\n", R("private_key") + "\n"),
     ("postgres url", "postgresql://app:s3cr3t-pw@db.internal:5432/app",
-     f"postgresql://app:{R}@db.internal:5432/app"),
+     f"postgresql://app:{R('url_password')}@db.internal:5432/app"),
+    ("redis url without user", "redis://:p4ss" + body(6) + "@cache:6379/0",
+     f"redis://:{R('url_password')}@cache:6379/0"),
     ("redis url with @ in password", "redis://default:p@ss@cache:6379",
-     f"redis://default:{R}@cache:6379"),
+     f"redis://default:{R('url_password')}@cache:6379"),
     ("url in json text", '{"dsn":"mysql://u:pw1@h/db","email":"a@b.c"}',
-     f'{{"dsn":"mysql://u:{R}@h/db","email":"a@b.c"}}'),
-    ("password kv", "login with user=bob password=hunter2 now", f"login with user=bob password={R} now"),
-    ("quoted kv", "PASSWORD=\"correct horse\" next", f"PASSWORD=\"{R}\" next"),
-    ("single-quoted kv", "pwd='it is' x=1", f"pwd='{R}' x=1"),
-    ("unclosed quote kv", "password=\"abc", f"password=\"{R}"),
-    ("secret kv", "client_secret=abc123&grant=1", f"client_secret={R}&grant=1"),
-    ("api_key kv", "https://x.test/v1?api_key=abcd1234&q=1", f"https://x.test/v1?api_key={R}&q=1"),
-    ("apikey kv", "apiKey = zyx987", f"apiKey = {R}"),
-    ("token kv", "TOKEN=abc.def", f"TOKEN={R}"),
+     f'{{"dsn":"mysql://u:{R("url_password")}@h/db","email":"a@b.c"}}'),
+    ("password kv", "login with user=bob password=hunter2 now",
+     f"login with user=bob password={R('password')} now"),
+    ("password colon", "password: hunter2", f"password: {R('password')}"),
+    ("pwd colon", "user: bob\npwd: Tr0ub4dor&3\n", f"user: bob\npwd: {R('password')}\n"),
+    ("passphrase colon quoted", 'passphrase: "correct horse battery"',
+     f'passphrase: "{R("password")}"'),
+    ("python dict repr", "{'password': 'x y z'}", f"{{'password': '{R('password')}'}}"),
+    ("walrus", "db_password := s3cr3t!", f"db_password := {R('password')}"),
+    ("quoted kv", "PASSWORD=\"correct horse\" next", f"PASSWORD=\"{R('password')}\" next"),
+    ("single-quoted kv", "pwd='it is' x=1", f"pwd='{R('password')}' x=1"),
+    ("unclosed quote kv", "password=\"abc", f"password=\"{R('password')}"),
+    ("secret kv", "client_secret=abc123&grant=1", f"client_secret={R('secret')}&grant=1"),
+    ("api_key kv", "https://x.test/v1?api_key=abcd1234&q=1", f"https://x.test/v1?api_key={R('api_key')}&q=1"),
+    ("apikey kv", "apiKey = zyx987", f"apiKey = {R('api_key')}"),
+    ("token kv", "TOKEN=abc.def", f"TOKEN={R('token')}"),
+    ("twilio labelled", f"TWILIO_AUTH_TOKEN={hexs(32)}", f"TWILIO_AUTH_TOKEN={R('token')}"),
+    ("azure account key", f"AccountName=x;AccountKey={body(86)}==;EndpointSuffix=core",
+     f"AccountName=x;AccountKey={R('api_key')};EndpointSuffix=core"),
     ("json text", '{"user":"bob","password":"hunter2","db_token":"x1"}',
-     f'{{"user":"bob","password":"{R}","db_token":"{R}"}}'),
-    ("json text spaced", '{"Authorization": "Basic abc=="}', f'{{"Authorization": "{R}"}}'),
+     f'{{"user":"bob","password":"{R("password")}","db_token":"{R("token")}"}}'),
+    ("json text spaced", '{"Authorization": "Basic abc=="}', f'{{"Authorization": "{R("authorization")}"}}'),
+    ("json cookie", '{"cookie": "sid=1"}', f'{{"cookie": "{R("cookie")}"}}'),
 ]
 
+# Harmless look-alikes: none may change.
 NEGATIVE = [
     "The quick brown fox jumps over the lazy dog.",
-    "0192f3a4-5b6c-7d8e-9f00-112233445566",
+    "0192f3a4-5b6c-7d8e-9f00-112233445566",  # uuid7
     str(uuid.UUID(int=2**127 + 12345)),
+    str(uuid.uuid4()),
+    uuid.uuid4().hex,
     hashlib.sha256(b"hello").hexdigest(),
     hashlib.sha1(b"hello").hexdigest(),
+    hashlib.md5(b"hello").hexdigest(),
+    "commit " + hashlib.sha1(b"tree").hexdigest()[:12] + " fixed the parser",
+    "sha256:" + hashlib.sha256(b"layer").hexdigest(),
     base64.b64encode(b"The quick brown fox jumps over the lazy dog").decode(),
     base64.urlsafe_b64encode(b"Record 12 is an invoice opened on day 3; priority 2.").decode(),
     "f_" + uuid.UUID(int=7).hex,
+    '{"offloaded": true, "file_ref": "f_' + uuid.UUID(int=99).hex + '", "chars": 12000}',
+    "eyJhbGciOi without dots",
+    "eyJhbGciOiJIUzI1NiJ9.not-a-payload",  # JWT-like but no payload segment
     "Bearer tokens are short-lived.",
     "Reset your password: click the link below.",
+    "password: required",
+    "Password: Required (8+ characters)",
     "the authorization header is required",
-    "task-management and disk-usage are fine",
+    "max_tokens: 4096 and input_tokens=120",  # "tokens", not "token"
+    '{"token_count": 812, "prompt_tokens": 40}',
+    "token_count: 812",
     "http://example.com:8080/path@v2",
     "https://api.example.com/v1/runs?limit=20&cursor=abc",
+    "https://user@example.com/repo.git",  # a user, no password
     "mailto:alice@example.com, alice@example.com",
-    "AKIAshort and tw_short and sk-short",
-    "eyJhbGciOi without dots",
+    "AKIAshort and tw_short and sk-short and hf_short and SG.short",
+    "task-management and disk-usage are fine",
     "v1.2.3 build 2026-06-01T12:00:00Z",
     "Record 7 is a ticket opened on day 8; priority 4.",
-    "max_tokens: 4096 and input_tokens=120",  # "tokens", not "token"
+    "Total: $1,299.00 (was $1,499.00); 20% off",
+    "The cookie policy: we use cookies for login.",
+    "ghost_town and github.com/org/repo and xoxo hugs",
+    "passport: 12345678",
     "",
 ]
-
-
 @pytest.mark.parametrize("text,expected", [(t, e) for _, t, e in POSITIVE],
                          ids=[name for name, _, _ in POSITIVE])
 def test_secret_shapes_are_redacted(text, expected):
@@ -108,13 +171,29 @@ def test_ordinary_text_is_untouched(text):
                                  "client_secret", "clientSecret", "api_key", "apiKey", "x-api-key",
                                  "apikey", "token", "access_token", "refreshToken",
                                  "Authorization", "private_key", "privateKey",
-                                 "aws_secret_access_key", "passwd"])
+                                 "aws_secret_access_key", "passwd", "pwd", "cookie", "Set-Cookie",
+                                 "credentials", "passphrase", "db_credential"])
 def test_values_under_secret_keys_are_redacted(key):
-    assert redact({key: "plain words", "other": "plain words"}) == {key: R, "other": "plain words"}
+    redacted_value = redact({key: "plain words", "other": "plain words"})
+    assert redacted_value["other"] == "plain words"
+    assert redacted_value[key].startswith("[REDACTED:") and "plain" not in redacted_value[key]
+
+
+def test_kinds_name_what_was_there():
+    assert redact({"pwd": "a", "set-cookie": "b", "api_key": "c", "credentials": "d"}) == {
+        "pwd": R("password"), "set-cookie": R("cookie"), "api_key": R("api_key"),
+        "credentials": R("credential")}
+
+
+def test_everything_under_a_credentials_key_is_redacted():
+    value = {"credentials": {"user": "bob", "pw": "hunter2", "port": 5432, "hosts": ["a", ""]}}
+    assert redact(value) == {"credentials": {"user": R("credential"), "pw": R("credential"),
+                                             "port": 5432, "hosts": [R("credential"), ""]}}
 
 
 @pytest.mark.parametrize("key", ["tokens", "max_tokens", "token_count", "secretary", "passwords_changed",
-                                 "title", "keyword", "tool"])
+                                 "title", "keyword", "tool", "cookies_enabled", "passport",
+                                 "credentials_checked_at"])
 def test_ordinary_keys_keep_their_values(key):
     assert redact({key: "plain words"}) == {key: "plain words"}
 
@@ -126,8 +205,8 @@ def test_nested_values_are_copied_with_secrets_redacted():
              "token": 5, "secret": "", "at": when, "id": ident}
     original = repr(value)
     assert redact(value) == {
-        "config": {"db": {"password": R, "host": "db"}},
-        "items": [{"api_key": R, "n": 1}, [f"Bearer {R}", None, True, 2.5]],
+        "config": {"db": {"password": R("password"), "host": "db"}},
+        "items": [{"api_key": R("api_key"), "n": 1}, [f"Bearer {R('bearer')}", None, True, 2.5]],
         "token": 5, "secret": "", "at": when, "id": ident}
     assert repr(value) == original  # the input is not modified
 
@@ -148,4 +227,11 @@ def test_journal_payloads_replace_what_jsonb_cannot_store_and_keep_the_rest():
     from worker.redact import for_journal
 
     payload = {"text": "a\x00b\ud800c", "k\x00": ["ok", "sk-" + "x" * 40]}
-    assert for_journal(payload) == {"text": "a\ufffdb\ufffdc", "k\ufffd": ["ok", "[REDACTED]"]}
+    assert for_journal(payload) == {"text": "a\ufffdb\ufffdc", "k\ufffd": ["ok", "[REDACTED:openai]"]}
+
+
+def test_the_prefilter_lets_every_positive_through_and_skips_plain_text():
+    # The cheap test may say yes to harmless text (the regex decides), never no to a secret.
+    assert all(might_hold_secret(text) for _, text, _ in POSITIVE)
+    assert not might_hold_secret("Record 7 is a ticket opened on day 8; priority 4.")
+    assert not might_hold_secret(hashlib.sha256(b"x").hexdigest())

@@ -1,188 +1,300 @@
-"""The openai provider against a real HTTP server (uvicorn, in-process) mimicking the API."""
+"""The openai provider against a real HTTP server (tests/hostile_model.py) speaking the API:
+streamed and whole answers, hostile ids and arguments, usage, refusals, retries and hangs."""
 
-import asyncio
+import json
 import socket
-import threading
-import time
-from collections import deque
 
 import pytest
-import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
 
-from worker.model import Message, Reply, RunView, ToolCall, ToolSchema
+from tests.hostile_model import (Answer, HostileModel, call, context_too_long, failure, reply,
+                                 server_error, silence, too_many_requests)
+from worker.model import ContextTooLong, Message, Reply, RunView, ToolCall, ToolSchema, Usage
 from worker.providers import (DEFAULT_MODELS, OpenAIProvider, ProviderError, ProviderSettings,
                               Route, ScriptedProvider, build_router, parse_models)
 
 KEY = "sk-test-SECRET-0123456789"
 RUN = RunView({})
-
-
-class FakeChat:
-    """Answers POST /v1/chat/completions from a queue of canned responses, recording requests."""
-
-    def __init__(self):
-        self.requests: list[dict] = []
-        self.responses: deque = deque()
-        self.app = FastAPI()
-        self.app.post("/v1/chat/completions")(self.chat)
-
-    async def chat(self, request: Request):
-        self.requests.append({"headers": dict(request.headers), "body": await request.json()})
-        status, body, headers, delay = (self.responses.popleft() if self.responses
-                                        else (200, completion("ok"), {}, 0))
-        await asyncio.sleep(delay)
-        if isinstance(body, str):
-            return PlainTextResponse(body, status_code=status, headers=headers)
-        return JSONResponse(body, status_code=status, headers=headers)
-
-    def answer(self, status=200, body=None, headers=None, delay=0.0):
-        self.responses.append((status, completion("ok") if body is None else body,
-                               headers or {}, delay))
-
-
-def completion(content=None, tool_calls=None, **extra):
-    message = {"role": "assistant", "content": content, **extra}
-    if tool_calls is not None:
-        message["tool_calls"] = tool_calls
-    return {"id": "chatcmpl-1", "object": "chat.completion", "model": "m",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
-
-
-def wire_call(call_id, name, arguments):
-    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+GET_RECORD = ToolSchema("demo.get_record", "Read one record.",
+                        {"type": "object", "properties": {"id": {"type": "integer"}}})
+BOTH = pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
 
 
 @pytest.fixture(scope="module")
 def server():
-    fake = FakeChat()
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    config = uvicorn.Config(fake.app, log_level="warning", lifespan="off")
-    uvicorn_server = uvicorn.Server(config)
-    thread = threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not uvicorn_server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    fake.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    yield fake
-    uvicorn_server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with HostileModel() as hostile:
+        yield hostile
 
 
 @pytest.fixture
-def chat(server):
+def model(server):
     server.requests.clear()
-    server.responses.clear()
+    server.answers.clear()
+    server.context_chars = None
     return server
 
 
+def make(model, *, stream=True, timeout=5.0, key=KEY, **options):
+    return OpenAIProvider(model.base_url, key, {"default": "gpt-test", "cheap": "gpt-cheap"},
+                          timeout=timeout, stream=stream, backoff_seconds=0.01, **options)
+
+
 @pytest.fixture
-async def provider(chat):
-    provider = OpenAIProvider(chat.base_url, KEY, {"default": "gpt-test", "cheap": "gpt-cheap"},
-                              timeout=5, backoff_seconds=0.01)
+async def provider(model):
+    provider = make(model)
     yield provider
     await provider.aclose()
 
 
-GET_RECORD = ToolSchema("demo.get_record", "Read one record.",
-                        {"type": "object", "properties": {"id": {"type": "integer"}}})
+@pytest.fixture
+async def whole(model):
+    provider = make(model, stream=False)
+    yield provider
+    await provider.aclose()
 
 
-async def test_tool_calls_round_trip_between_wire_and_canonical_names(chat, provider):
-    chat.answer(body=completion(None, [wire_call("call_a", "demo__get_record", '{"id": 7}')]))
+async def ask(model, stream=True, *, tools=(GET_RECORD,), on_text=None, history=(), **options):
+    provider = make(model, stream=stream, **options)
+    try:
+        return await provider.complete("default", list(history), list(tools), RUN,
+                                       on_text=on_text)
+    finally:
+        await provider.aclose()
+
+
+def sent(model, n=0):
+    return model.requests[n].body
+
+
+# Shapes on the wire
+
+
+@BOTH
+async def test_tool_calls_round_trip_between_wire_and_canonical_names(model, stream):
+    model.queue(reply(None, call("demo.get_record", {"id": 7}, id="call_a")))
     history = [Message("system", "You are terse."), Message("user", "Get record 1."),
                Message("assistant", "", [ToolCall("call_x", "demo.get_record", {"id": 1})]),
                Message("tool", '{"id": 1}', tool_call_id="call_x")]
-    reply = await provider.complete("default", history, [GET_RECORD], RUN)
-    assert reply == Reply(text="", tool_calls=[ToolCall("call_a", "demo.get_record", {"id": 7})])
-    sent = chat.requests[0]["body"]
-    assert sent["model"] == "gpt-test" and sent["tool_choice"] == "auto"
-    assert sent["tools"][0]["function"]["name"] == "demo__get_record"
-    assistant, tool = sent["messages"][2], sent["messages"][3]
+    answer = await ask(model, stream, history=history)
+    assert answer == Reply(text="", tool_calls=[
+        ToolCall("call_a", "demo.get_record", {"id": 7}, provider_id="call_a")], streamed=stream)
+    body = sent(model)
+    assert body["model"] == "gpt-test" and body["tool_choice"] == "auto"
+    assert body["tools"][0]["function"]["name"] == "demo__get_record"
+    assert (body.get("stream"), body.get("stream_options")) == (
+        (True, {"include_usage": True}) if stream else (None, None))
+    assistant, tool = body["messages"][2], body["messages"][3]
     assert assistant["content"] == ""  # not null: some servers refuse null beside tool_calls
-    assert assistant["tool_calls"] == [wire_call("call_x", "demo__get_record", '{"id": 1}')]
+    assert assistant["tool_calls"] == [{"id": "call_x", "type": "function", "function": {
+        "name": "demo__get_record", "arguments": '{"id": 1}'}}]
     assert tool == {"role": "tool", "content": '{"id": 1}', "tool_call_id": "call_x"}
 
 
-async def test_without_tools_neither_tools_nor_tool_choice_is_sent(chat, provider):
-    assert (await provider.complete("default", [Message("user", "hi")], [], RUN)).text == "ok"
-    assert "tools" not in chat.requests[0]["body"]
-    assert "tool_choice" not in chat.requests[0]["body"]
+async def test_without_tools_neither_tools_nor_tool_choice_is_sent(model):
+    model.queue(reply("ok"))
+    assert (await ask(model, tools=[], history=[Message("user", "hi")])).text == "ok"
+    assert "tools" not in sent(model) and "tool_choice" not in sent(model)
 
 
-async def test_each_alias_sends_its_configured_model_and_others_use_defaults(chat, provider):
+async def test_each_alias_sends_its_configured_model_and_others_use_defaults(model, provider):
+    model.queue(reply("a"), reply("b"))
     await provider.complete("cheap", [], [], RUN)
     await provider.complete("judge", [], [], RUN)
-    assert [r["body"]["model"] for r in chat.requests] == ["gpt-cheap", "gpt-test"]
+    assert [r.body["model"] for r in model.requests] == ["gpt-cheap", "gpt-test"]
 
 
-async def test_null_content_is_empty_text_and_reasoning_content_is_kept(chat, provider):
-    chat.answer(body=completion(None, reasoning_content="Think first."))
-    assert await provider.complete("default", [], [], RUN) == Reply("", [], "Think first.")
+# Streaming
 
 
-async def test_unparseable_arguments_are_kept_raw_for_the_loop_to_refuse(chat, provider):
-    chat.answer(body=completion("", [wire_call("c1", "demo__get_record", "{id: 7"),
-                                     wire_call("c2", "demo__get_record", "[1, 2]"),
-                                     wire_call("c3", "demo__list_records", "")]))
-    calls = (await provider.complete("default", [], [GET_RECORD], RUN)).tool_calls
+async def test_streamed_text_reaches_on_text_piece_by_piece_in_order(model):
+    model.queue(reply("The quick brown fox.", piece_chars=3))
+    pieces: list[str] = []
+    answer = await ask(model, on_text=pieces.append)
+    assert pieces == ["The", " qu", "ick", " br", "own", " fo", "x."]
+    assert answer == Reply(text="The quick brown fox.", streamed=True)
+
+
+async def test_text_is_shown_as_it_arrives_and_a_stream_that_falls_silent_is_retried(model):
+    # Two pieces, then silence past the timeout: the pieces were already shown (the sink heard
+    # them before the stream ended), and the retry's answer is the reply.
+    model.queue(reply("abcdef", piece_chars=3, hang_after_chunks=3), reply("again"))
+    pieces: list[str] = []
+    answer = await ask(model, on_text=pieces.append, timeout=0.5)
+    assert pieces[:2] == ["abc", "def"] and "".join(pieces[2:]) == "again"
+    assert answer.text == "again" and len(model.requests) == 2
+
+
+async def test_tool_calls_are_assembled_from_streamed_fragments_whatever_their_ids(model):
+    odd = "tool/" + "x" * 295
+    arguments = {"recipient": "ops", "text": "a long message " * 5}
+    model.queue(reply(None,  # content: null throughout
+                      call("demo.send_message", arguments, id="call_0"),
+                      call("demo.send_message", {"recipient": "b", "text": "2"}, id="call_0"),
+                      call("demo.get_record", {"id": 3}, id=odd),
+                      call("demo.get_record", {"id": 4}, id=None),
+                      usage=(321, 54)))
+    answer = await ask(model)
+    assert answer.text == "" and answer.streamed
+    assert [(c.name, c.arguments, c.provider_id) for c in answer.tool_calls] == [
+        ("demo.send_message", arguments, "call_0"),
+        ("demo.send_message", {"recipient": "b", "text": "2"}, "call_0"),
+        ("demo.get_record", {"id": 3}, odd),
+        ("demo.get_record", {"id": 4}, None)]
+    assert answer.tool_calls[3].id == ""  # missing stays missing: the harness names calls
+    assert answer.usage == Usage(321, 54)
+
+
+async def test_fragments_without_an_index_and_names_sent_twice_still_assemble(model):
+    def event(delta, finish=None):
+        return "data: " + json.dumps({"choices": [{"index": 0, "delta": delta,
+                                                   "finish_reason": finish}]})
+    fragment = lambda **f: {"tool_calls": [f]}
+    model.queue(Answer(sse=[
+        ": keep-alive", "",
+        event(fragment(id="x1", function={"name": "demo__get_record", "arguments": '{"id"'})), "",
+        event(fragment(function={"name": "demo__get_record", "arguments": ": 3}"})), "",
+        event(fragment(id="x2", function={"name": "demo__list_records", "arguments": "{}"})), "",
+        event({}, "tool_calls"), ""]))  # and no [DONE]: the finish reason is enough
+    answer = await ask(model)
+    assert [(c.name, c.arguments, c.provider_id) for c in answer.tool_calls] == [
+        ("demo.get_record", {"id": 3}, "x1"), ("demo.list_records", {}, "x2")]
+
+
+@BOTH
+async def test_unparseable_arguments_are_kept_raw_for_the_loop_to_refuse(model, stream):
+    model.queue(reply("", call("demo.get_record", "{id: 7"), call("demo.get_record", "[1, 2]"),
+                      call("demo.list_records", "")))
+    calls = (await ask(model, stream)).tool_calls
     assert [c.arguments for c in calls] == [{"_raw": "{id: 7"}, {"_raw": "[1, 2]"}, {}]
 
 
-async def test_a_500_is_retried_and_the_retry_succeeds(chat, provider):
-    chat.answer(500, {"error": {"message": "overloaded"}})
-    chat.answer(body=completion("after retry"))
-    assert (await provider.complete("default", [], [], RUN)).text == "after retry"
-    assert len(chat.requests) == 2
+@BOTH
+async def test_null_content_is_empty_text_and_usage_is_read(model, stream):
+    model.queue(reply(None, usage=(1200, 7)), reply("no usage reported"))
+    first, second = await ask(model, stream), await ask(model, stream)
+    assert (first.text, first.usage) == ("", Usage(1200, 7))
+    assert (second.text, second.usage) == ("no usage reported", None)
 
 
-async def test_a_429_waits_out_a_small_retry_after_then_retries(chat, provider):
-    chat.answer(429, {"error": {"message": "slow down"}}, {"Retry-After": "0.4"})
-    started = time.monotonic()
-    assert (await provider.complete("default", [], [], RUN)).text == "ok"
-    assert time.monotonic() - started >= 0.4 and len(chat.requests) == 2
+async def test_reasoning_content_is_kept_apart_from_the_answer(model):
+    model.queue(Answer(raw={"choices": [{"index": 0, "message": {
+        "role": "assistant", "content": None, "reasoning_content": "Think first."}}]}))
+    assert await ask(model, stream=False) == Reply("", [], "Think first.")
 
 
-async def test_a_429_with_a_long_retry_after_fails_at_once(chat, provider):
-    chat.answer(429, {"error": {"message": "quota"}}, {"Retry-After": "3600"})
+async def test_a_server_that_ignores_stream_true_is_read_as_a_whole_answer(model):
+    model.queue(Answer(raw={"choices": [{"index": 0, "message": {
+        "role": "assistant", "content": "whole"}}], "usage": {"prompt_tokens": 3}}))
+    pieces: list[str] = []
+    answer = await ask(model, on_text=pieces.append)
+    assert (answer.text, answer.streamed, answer.usage, pieces) == ("whole", False,
+                                                                    Usage(3, 0), [])
+
+
+async def test_a_stream_that_ends_before_the_answer_is_complete_is_retried(model):
+    model.queue(Answer(sse=['data: {"choices": [{"index": 0, "delta": {"content": "cut"}}]}', ""]),
+                reply("complete"))
+    assert (await ask(model)).text == "complete" and len(model.requests) == 2
+
+
+# Refusals and retries
+
+
+CONTEXT_REFUSALS = {
+    "openai": {"error": {"message": "This model's maximum context length is 8192 tokens. However,"
+                                    " your messages resulted in 9001 tokens.",
+                         "type": "invalid_request_error", "param": "messages",
+                         "code": "context_length_exceeded"}},
+    "vllm": {"object": "error", "message": "This model's maximum context length is 2048 tokens. "
+                                          "However, you requested 2100 tokens (2000 in the "
+                                          "messages, 100 in the completion).",
+             "type": "BadRequestError", "param": None, "code": 400},
+    "llama.cpp": {"error": {"code": 400, "message": "the request exceeds the available context "
+                                                    "size, try increasing it",
+                            "type": "exceed_context_size_error", "n_prompt_tokens": 5000,
+                            "n_ctx": 4096}},
+    "llama-cpp-python": {"error": {"message": "Requested tokens (5000) exceed context window of "
+                                              "4096", "type": "invalid_request_error"}},
+}
+
+
+@pytest.mark.parametrize("server_kind", sorted(CONTEXT_REFUSALS))
+async def test_a_context_length_refusal_is_context_too_long_and_never_retried(model, server_kind):
+    model.queue(Answer(status=400, raw=CONTEXT_REFUSALS[server_kind]))
+    with pytest.raises(ContextTooLong, match="longer than its context"):
+        await ask(model)
+    assert len(model.requests) == 1
+
+
+async def test_a_server_enforcing_its_context_size_is_answered_with_context_too_long(model):
+    model.context_chars = 50
+    model.queue(reply("fits"))
+    with pytest.raises(ContextTooLong, match="maximum context length is 50"):
+        await ask(model, history=[Message("user", "x" * 51)])
+    assert (await ask(model, history=[Message("user", "x" * 50)])).text == "fits"
+    assert model.queue and len(model.requests) == 2
+
+
+async def test_errors_inside_a_stream_are_retried_unless_the_context_is_too_long(model):
+    model.queue(Answer(sse=['error: {"code": 500, "message": "slot unavailable"}', ""]),
+                reply("after the error"),
+                Answer(sse=['data: {"error": {"message": "the request exceeds the available '
+                            'context size"}}', ""]))
+    assert (await ask(model)).text == "after the error"
+    with pytest.raises(ContextTooLong):
+        await ask(model)
+    assert len(model.requests) == 3
+
+
+async def test_a_500_is_retried_and_the_retry_succeeds(model):
+    model.queue(server_error(), reply("after retry"))
+    assert (await ask(model)).text == "after retry"
+    assert len(model.requests) == 2
+
+
+async def test_a_429_with_a_small_retry_after_is_retried_and_then_succeeds(model):
+    model.queue(too_many_requests("0.1"), reply("after the wait"))
+    assert (await ask(model)).text == "after the wait"
+    assert [r.status for r in model.requests] == [429, 200]
+
+
+async def test_a_429_with_a_long_retry_after_fails_at_once(model):
+    model.queue(failure(429, "quota", retry_after="3600"))
     with pytest.raises(ProviderError, match="429.*quota.*Retry-After: 3600"):
-        await provider.complete("default", [], [], RUN)
-    assert len(chat.requests) == 1
+        await ask(model)
+    assert len(model.requests) == 1
 
 
-async def test_persistent_5xx_gives_up_after_four_attempts_with_a_sentence(chat, provider):
-    for _ in range(4):
-        chat.answer(503, "upstream\n  gone")
+async def test_persistent_5xx_gives_up_after_four_attempts_with_a_sentence(model):
+    model.queue(*[Answer(status=503, raw="upstream\n  gone") for _ in range(4)])
     with pytest.raises(ProviderError) as failed:
-        await provider.complete("default", [], [], RUN)
-    assert len(chat.requests) == 4
+        await ask(model)
+    assert len(model.requests) == 4
     assert str(failed.value) == ("Model 'gpt-test' failed after 4 attempt(s): "
                                  "the endpoint answered 503: upstream gone")
 
 
-async def test_a_400_is_not_retried_and_its_error_never_shows_the_key(chat, provider):
+async def test_a_400_is_not_retried_and_its_error_never_shows_the_key(model):
     echoed = f"Incorrect API key provided: {KEY}. " + "x" * 1000
-    chat.answer(400, {"error": {"message": echoed}})
+    model.queue(failure(400, echoed, kind="invalid_request_error"))
     with pytest.raises(ProviderError) as refused:
-        await provider.complete("default", [], [], RUN)
-    assert len(chat.requests) == 1
+        await ask(model)
+    assert len(model.requests) == 1
     message = str(refused.value)
     assert "400" in message and "Incorrect API key provided: ***" in message
     assert KEY not in message and "SECRET" not in message and len(message) < 400
     assert KEY not in repr(refused.value.__cause__) + repr(refused.value.__context__)
 
 
-async def test_a_timeout_is_retried(chat):
-    provider = OpenAIProvider(chat.base_url, "", {"default": "m"}, timeout=0.3,
-                              backoff_seconds=0.01)
-    chat.answer(delay=1)
-    chat.answer(body=completion("in time"))
-    assert (await provider.complete("default", [], [], RUN)).text == "in time"
-    await provider.aclose()
+@BOTH
+async def test_silence_past_the_timeout_is_retried(model, stream):
+    model.queue(silence(2), reply("in time"))
+    assert (await ask(model, stream, timeout=0.3)).text == "in time"
+
+
+async def test_silence_on_every_attempt_ends_in_one_sentence(model):
+    model.queue(silence(2), reply("x", hang_after_chunks=1))
+    with pytest.raises(ProviderError, match=r"failed after 2 attempt\(s\): .*went silent"):
+        await ask(model, timeout=0.3, max_attempts=2)
 
 
 async def test_an_unreachable_endpoint_is_retried_then_fails_with_a_sentence():
@@ -196,32 +308,72 @@ async def test_an_unreachable_endpoint_is_retried_then_fails_with_a_sentence():
     await provider.aclose()
 
 
-async def test_a_body_that_is_not_a_completion_is_a_provider_error(chat, provider):
-    chat.answer(body="<html>proxy</html>")
+@BOTH
+async def test_a_body_that_is_not_a_completion_is_a_provider_error(model, stream):
+    model.queue(Answer(raw="<html>proxy</html>"), Answer(raw={"choices": []}))
     with pytest.raises(ProviderError, match="not JSON"):
-        await provider.complete("default", [], [], RUN)
-    chat.answer(body={"choices": []})
+        await ask(model, stream)
     with pytest.raises(ProviderError, match=r"choices\[0\]\.message"):
-        await provider.complete("default", [], [], RUN)
+        await ask(model, stream)
 
 
-async def test_the_key_is_sent_as_a_bearer_token_only_when_set(chat, provider):
-    await provider.complete("default", [], [], RUN)
-    keyless = OpenAIProvider(chat.base_url, "", {"default": "m"})
-    await keyless.complete("default", [], [], RUN)
-    await keyless.aclose()
-    assert chat.requests[0]["headers"]["authorization"] == f"Bearer {KEY}"
-    assert "authorization" not in chat.requests[1]["headers"]
+async def test_the_key_is_sent_as_a_bearer_token_only_when_set(model):
+    model.queue(reply("a"), reply("b"))
+    await ask(model)
+    await ask(model, key="")
+    assert model.requests[0].headers["authorization"] == f"Bearer {KEY}"
+    assert "authorization" not in model.requests[1].headers
 
 
-async def test_a_scripted_reply_reads_the_same_through_the_openai_provider(chat, provider):
-    """The scripted provider is kept faithful: its reply, spoken on the wire, parses back equal."""
+@BOTH
+async def test_a_scripted_reply_reads_the_same_through_the_openai_provider(model, stream):
+    """The scripted provider is kept faithful: its reply, spoken on the wire, parses back equal
+    (ids aside: the model's id is the provider id, and the harness renames every call)."""
     script = {"script": [{"text": "Checking.", "tool_calls": [
         {"name": "demo.get_record", "arguments": {"id": 3, "tags": ["a"]}}]}]}
     scripted = await ScriptedProvider().complete("default", [], [GET_RECORD], RunView(script))
-    wire = Message("assistant", scripted.text, scripted.tool_calls).to_openai()
-    chat.answer(body=completion(wire["content"], wire["tool_calls"]))
-    assert await provider.complete("default", [], [GET_RECORD], RUN) == scripted
+    model.queue(reply(scripted.text, *[call(c.name, c.arguments, id=c.id)
+                                       for c in scripted.tool_calls]))
+    answer = await ask(model, stream)
+    assert (answer.text, [(c.id, c.name, c.arguments) for c in answer.tool_calls]) == (
+        scripted.text, [(c.id, c.name, c.arguments) for c in scripted.tool_calls])
+
+
+# The hostile server refuses the histories the real API refuses (and the provider says so)
+
+
+def assistant(*ids):
+    return Message("assistant", "", [ToolCall(i, "demo.get_record", {"id": 1}) for i in ids])
+
+
+def answered(i):
+    return Message("tool", "{}", tool_call_id=i)
+
+
+@pytest.mark.parametrize("history, says", [
+    ([assistant("c1", "c1"), answered("c1"), answered("c1")], "duplicate tool call id"),
+    ([assistant("c1"), answered("c1"), assistant("c1"), answered("c1")], "used by an earlier"),
+    ([assistant("c1", "c2"), answered("c1"), Message("user", "next")], "did not have response"),
+    ([assistant("c1"), answered("c1"), answered("c1")], "already answered"),
+    ([Message("user", "hi"), answered("c9")], "must be a response to a preceeding"),
+    ([assistant("a/" + "b" * 298), answered("a/" + "b" * 298)], "maximum length 40"),
+    ([assistant("")], "tool_calls\\[0\\].id"),
+])
+async def test_a_malformed_history_is_refused_with_a_400_like_the_real_api(model, history, says):
+    model.queue(reply("never"))
+    with pytest.raises(ProviderError, match="400") as refused:
+        await ask(model, history=history)
+    assert model.requests[0].problem and __import__("re").search(says, model.requests[0].problem)
+    assert "400" in str(refused.value) and len(model.answers) == 1  # no answer was used
+
+
+async def test_a_well_formed_history_is_accepted(model):
+    model.queue(reply("fine"))
+    history = [Message("system", "s"), Message("user", "u"), assistant("c1", "c2"),
+               answered("c2"), answered("c1"), Message("assistant", "text only"),
+               Message("user", "more"), assistant("c3"), answered("c3")]
+    assert (await ask(model, history=history)).text == "fine"
+    assert model.refused_histories() == []
 
 
 # Routing
@@ -261,31 +413,44 @@ def test_provider_settings_read_tickwork_variables_and_hide_the_key(monkeypatch)
     monkeypatch.setenv("TICKWORK_OPENAI_API_KEY", KEY)
     monkeypatch.setenv("TICKWORK_OPENAI_TIMEOUT_SECONDS", "7.5")
     settings = ProviderSettings()
-    assert (settings.models, settings.openai_api_key, settings.openai_timeout_seconds) == (
-        "default=openai:m", KEY, 7.5)
+    assert (settings.models, settings.openai_api_key, settings.openai_timeout_seconds,
+            settings.openai_stream) == ("default=openai:m", KEY, 7.5, True)
     assert KEY not in repr(settings)
+    monkeypatch.setenv("TICKWORK_OPENAI_STREAM", "0")
+    assert ProviderSettings().openai_stream is False
 
 
-async def test_the_router_dispatches_each_alias_to_its_configured_provider(chat):
+@pytest.mark.parametrize("stream", [True, False])
+async def test_the_stream_setting_reaches_the_provider(model, stream):
+    model.queue(reply("routed"))
+    router = build_router(ProviderSettings(models="default=openai:m", openai_stream=stream,
+                                           openai_base_url=model.base_url))
+    assert (await router.complete("default", [], [], RUN)).streamed is stream
+    assert sent(model).get("stream", False) is stream
+    await router.aclose()
+
+
+async def test_the_router_dispatches_each_alias_to_its_configured_provider(model):
+    model.queue(reply("ok"))
     router = build_router(ProviderSettings(
-        models="default=scripted,cheap=openai:gpt-cheap", openai_base_url=chat.base_url))
+        models="default=scripted,cheap=openai:gpt-cheap", openai_base_url=model.base_url))
     scripted_run = RunView({"script": [{"text": "from the script"}], "judge": ["stalled"]})
     assert (await router.complete("cheap", [], [], scripted_run)).text == "ok"
     assert (await router.complete("default", [], [], scripted_run)).text == "from the script"
     # Unconfigured aliases fall back to default's provider, which still sees the alias.
     assert (await router.complete("judge", [], [], scripted_run)).text == "stalled"
     assert (await router.complete("fast", [], [], scripted_run)).text == "from the script"
-    assert [r["body"]["model"] for r in chat.requests] == ["gpt-cheap"]
+    assert [r.body["model"] for r in model.requests] == ["gpt-cheap"]
     await router.aclose()
 
 
-async def test_an_alias_falling_back_to_an_openai_default_uses_the_default_model(chat):
+async def test_an_alias_falling_back_to_an_openai_default_uses_the_default_model(model):
+    model.queue(reply("1"), reply("2"), reply("3"))
     router = build_router(ProviderSettings(models="default=openai:big,cheap=openai:small",
-                                           openai_base_url=chat.base_url, openai_api_key=KEY))
+                                           openai_base_url=model.base_url, openai_api_key=KEY))
     for alias in ("judge", "cheap", "default"):
         await router.complete(alias, [], [], RUN)
-    assert [r["body"]["model"] for r in chat.requests] == ["big", "small", "big"]
-    assert chat.requests[0]["headers"]["authorization"] == f"Bearer {KEY}"
+    assert [r.body["model"] for r in model.requests] == ["big", "small", "big"]
     await router.aclose()
 
 

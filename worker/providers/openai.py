@@ -1,13 +1,17 @@
 """Any OpenAI-compatible Chat Completions endpoint: a hosted API, vLLM, llama.cpp's server, Ollama.
 
-Transient failures (connection errors, timeouts, 429, 5xx) are retried here, at the leaf, so the
-agent loop sees either a reply or one ProviderError sentence it can record as the run's reason.
+Answers are streamed by default (text reaches the run's sink while the model writes; a server
+that answers with a whole body instead is read as one). Transient failures (connection errors,
+silence past the timeout, 429, 5xx, a stream that breaks off) are retried here, at the leaf, so
+the agent loop sees a reply, ContextTooLong (the one refusal it can act on), or one ProviderError
+sentence it can record as the run's reason.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-import uuid
+import re
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -16,10 +20,23 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity import wait_exponential
 
-from worker.model import (Message, Reply, RunView, TextSink, ToolCall, ToolSchema,
-                          canonical_name)
+from worker.model import ContextTooLong, Message, Reply, RunView, TextSink, ToolSchema
+from worker.providers.openai_stream import (MalformedAnswer, StreamAssembler, parse_reply,
+                                            sse_events)
 
 MESSAGE_LIMIT = 300  # characters of a server's error message kept in ours
+# A stream may trickle (keep-alives, slow tokens) for at most this many timeouts in all; the
+# timeout itself bounds silence.
+DEADLINE_TIMEOUTS = 10
+# How servers say the messages exceed the model's context: OpenAI and llama-cpp-python
+# (code context_length_exceeded, "This model's maximum context length is …"), vLLM (the same
+# sentence), llama.cpp (exceed_context_size_error, "the request exceeds the available context
+# size"), llama-cpp-python's own "Requested tokens (N) exceed context window of M", Ollama
+# ("exceeded max context length").
+_CONTEXT_TOO_LONG = re.compile(
+    r"context[_ ]length[_ ]exceeded|exceed_context_size_error|max(imum)? context length"
+    r"|exceed\w*\s+(the\s+)?(available\s+|model's\s+)?context\s+(size|window|length)"
+    r"|prompt is too long", re.IGNORECASE)
 
 
 class ProviderError(RuntimeError):
@@ -37,7 +54,7 @@ class _Transient(Exception):
 class OpenAIProvider:
     def __init__(self, base_url: str, api_key: str, model_by_alias: dict[str, str],
                  http: httpx.AsyncClient | None = None, timeout: float = 60.0, *,
-                 max_attempts: int = 4, backoff_seconds: float = 0.5,
+                 stream: bool = True, max_attempts: int = 4, backoff_seconds: float = 0.5,
                  max_retry_after: float = 20.0) -> None:
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._api_key = api_key
@@ -45,6 +62,7 @@ class OpenAIProvider:
         self._owns_http = http is None
         self._http = http if http is not None else httpx.AsyncClient()
         self._timeout = timeout
+        self._stream = stream
         self._max_attempts = max_attempts
         self._backoff = wait_exponential(multiplier=backoff_seconds, max=30)
         # A longer Retry-After is not waited out inside one model turn: the run fails instead.
@@ -63,38 +81,96 @@ class OpenAIProvider:
         if tools:
             body["tools"] = [tool.to_openai() for tool in tools]
             body["tool_choice"] = "auto"
-        return parse_reply(await self._post_with_retries(body))
+        if self._stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return await self._with_retries(body, on_text)
 
-    async def _post_with_retries(self, body: dict[str, Any]) -> Any:
+    async def _with_retries(self, body: dict[str, Any], on_text: TextSink | None) -> Reply:
         retrying = AsyncRetrying(stop=stop_after_attempt(self._max_attempts), wait=self._wait,
                                  retry=retry_if_exception(self._retryable), reraise=True)
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await self._post_once(body)
+                    # A retry after a stream broke off streams again: a tail may show the
+                    # broken-off text before the answer that counts (the reply holds only that).
+                    return await self._attempt(body, on_text)
         except _Transient as failure:
             tries = retrying.statistics.get("attempt_number", 1)
             raise ProviderError(self._scrub(
                 f"Model '{body['model']}' failed after {tries} attempt(s): {failure}")) from None
+        raise AssertionError("unreachable: tenacity either returns or raises")
 
-    async def _post_once(self, body: dict[str, Any]) -> Any:
-        model = body["model"]
+    async def _attempt(self, body: dict[str, Any], on_text: TextSink | None) -> Reply:
         try:
-            response = await self._http.post(self._url, json=body, headers=self._headers(),
-                                             timeout=self._timeout)
-        except httpx.TimeoutException:
-            raise _Transient(f"the endpoint {self._url} timed out after {self._timeout:g} s")
+            async with asyncio.timeout(self._timeout * DEADLINE_TIMEOUTS):
+                async with self._http.stream("POST", self._url, json=body,
+                                             headers=self._headers(),
+                                             timeout=self._timeout) as response:
+                    await self._refuse_failures(body["model"], response)
+                    if response.headers.get("content-type", "").startswith("text/event-stream"):
+                        return await self._read_stream(body["model"], response, on_text)
+                    return self._read_body(body["model"], response.status_code,
+                                           await response.aread())
+        except (httpx.TimeoutException, TimeoutError):
+            raise _Transient(f"the endpoint {self._url} went silent past the "
+                             f"{self._timeout:g} s timeout")
         except httpx.TransportError as error:
-            raise _Transient(f"could not reach {self._url} ({type(error).__name__})")
+            raise _Transient(f"could not reach {self._url} or lost it mid-answer "
+                             f"({type(error).__name__})")
+
+    async def _refuse_failures(self, model: str, response: httpx.Response) -> None:
+        if response.is_success:
+            return
+        await response.aread()
         if response.status_code == 429 or response.status_code >= 500:
             raise _Transient(self._status_sentence(response), retry_after_seconds(response))
-        if not response.is_success:
-            raise ProviderError(f"Model '{model}' was refused: {self._status_sentence(response)}")
+        if _CONTEXT_TOO_LONG.search(response.text[:4000]):
+            raise ContextTooLong(self._scrub(f"Model '{model}' refused the messages as longer "
+                                             f"than its context: {server_message(response)}"))
+        raise ProviderError(f"Model '{model}' was refused: {self._status_sentence(response)}")
+
+    async def _read_stream(self, model: str, response: httpx.Response,
+                           on_text: TextSink | None) -> Reply:
+        assembler = StreamAssembler(on_text)
+        async for event, data in sse_events(response.aiter_lines()):
+            if data.strip() == "[DONE]":
+                return assembler.reply()
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                raise ProviderError(f"Model '{model}' streamed an event that is not JSON.") from None
+            if event == "error" or (isinstance(chunk, dict) and "error" in chunk):
+                self._stream_failure(model, data, chunk)
+            try:
+                assembler.feed(chunk)
+            except MalformedAnswer as error:
+                raise ProviderError(f"Model '{model}' streamed an answer that is not a chat "
+                                    f"completion: {error}.") from None
+        if assembler.finished:  # complete, only the closing [DONE] is missing
+            return assembler.reply()
+        raise _Transient("the stream ended before the answer was complete")
+
+    def _stream_failure(self, model: str, data: str, chunk: Any) -> None:
+        """An error reported inside a stream that had already answered 200."""
+        error = chunk.get("error", chunk) if isinstance(chunk, dict) else chunk
+        message = error.get("message") if isinstance(error, dict) else error
+        line = _one_line(str(message or data))
+        if _CONTEXT_TOO_LONG.search(data[:4000]):
+            raise ContextTooLong(self._scrub(f"Model '{model}' refused the messages as longer "
+                                             f"than its context: {line}"))
+        raise _Transient(self._scrub(f"the stream reported an error: {line}"))
+
+    def _read_body(self, model: str, status: int, content: bytes) -> Reply:
         try:
-            return response.json()
+            data = json.loads(content)
         except ValueError:
-            raise ProviderError(f"Model '{model}' answered {response.status_code} with a body "
+            raise ProviderError(f"Model '{model}' answered {status} with a body "
                                 "that is not JSON.") from None
+        try:
+            return parse_reply(data)
+        except MalformedAnswer:
+            raise ProviderError("The model endpoint answered without choices[0].message.") from None
 
     def _headers(self) -> dict[str, str]:
         # Local servers (llama.cpp, Ollama) take no key; an empty Bearer confuses some of them.
@@ -132,7 +208,11 @@ def server_message(response: httpx.Response) -> str:
         error = data.get("error")
         message = (error.get("message") if isinstance(error, dict) else error) \
             or data.get("message") or data.get("detail") or response.text
-    line = " ".join(str(message).split()) or response.reason_phrase or "no message"
+    return _one_line(" ".join(str(message).split()) or response.reason_phrase or "no message")
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split()) or "no message"
     return line if len(line) <= MESSAGE_LIMIT else line[:MESSAGE_LIMIT - 1] + "…"
 
 
@@ -152,49 +232,3 @@ def retry_after_seconds(response: httpx.Response) -> float | None:
             when = when.replace(tzinfo=timezone.utc)
         seconds = (when - datetime.now(timezone.utc)).total_seconds()
     return max(0.0, seconds) if seconds == seconds else None  # NaN is no answer
-
-
-def parse_reply(data: Any) -> Reply:
-    """choices[0].message as a Reply: canonical tool names, arguments as a dict."""
-    try:
-        message = data["choices"][0]["message"]
-    except (KeyError, IndexError, TypeError):
-        message = None
-    if not isinstance(message, dict):
-        raise ProviderError("The model endpoint answered without choices[0].message.")
-    calls = [parse_call(call) for call in message.get("tool_calls") or []]
-    reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
-    return Reply(text=_text(message.get("content")), tool_calls=calls,
-                 reasoning=reasoning if isinstance(reasoning, str) else "")
-
-
-def parse_call(call: Any) -> ToolCall:
-    function = (call.get("function") if isinstance(call, dict) else None) or {}
-    # Some local servers omit ids; the tool result still needs one to answer to.
-    call_id = (call.get("id") if isinstance(call, dict) else None) or f"call_{uuid.uuid4().hex}"
-    return ToolCall(str(call_id), canonical_name(str(function.get("name") or "")),
-                    parse_arguments(function.get("arguments")))
-
-
-def parse_arguments(raw: Any) -> dict[str, Any]:
-    """A dict of arguments; anything that is not a JSON object is kept as {"_raw": …} so the
-    loop can refuse the call with the model's own text instead of guessing."""
-    if isinstance(raw, dict):
-        return raw
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}  # servers send "" for a call without arguments
-    if isinstance(raw, str):
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            return {"_raw": raw}
-        return parsed if isinstance(parsed, dict) else {"_raw": raw}
-    return {"_raw": json.dumps(raw)}
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # content parts, as a few servers answer
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""

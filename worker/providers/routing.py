@@ -31,6 +31,9 @@ class ProviderSettings(BaseSettings):
     openai_base_url: str = "http://127.0.0.1:8000/v1"
     openai_api_key: str = Field(default="", repr=False)  # never in a repr, a log or an error
     openai_timeout_seconds: float = 60
+    # Stream answers (text visible as it is written). Off for servers that cannot stream
+    # while offering tools (llama-cpp-python's server among them).
+    openai_stream: bool = True
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,7 @@ def build_router(settings: ProviderSettings, *, http: httpx.AsyncClient | None =
         "scripted": lambda _models: ScriptedProvider(sleep=sleep),
         "openai": lambda models: OpenAIProvider(
             settings.openai_base_url, settings.openai_api_key, models, http=http,
-            timeout=settings.openai_timeout_seconds),
+            timeout=settings.openai_timeout_seconds, stream=settings.openai_stream),
     }
     instances = {name: factories[name]({alias: route.model for alias, route in routes.items()
                                         if route.provider == name and route.model})

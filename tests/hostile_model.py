@@ -1,0 +1,394 @@
+"""A hostile OpenAI-compatible Chat Completions server for tests, over real HTTP on a loopback port.
+
+Each test queues the answers it wants, in order: replies with text and/or tool calls whose ids
+it chooses (duplicated within a reply, reused from an earlier turn, holding '/', 300 characters
+long, missing), `content: null`, malformed argument JSON, usage figures, an HTTP failure (429
+with Retry-After, 500, 400 context_length_exceeded), or silence past the client's timeout
+(before the answer, or in the middle of a stream). Answers are streamed when the request asks.
+
+Like the real API it refuses a malformed history with a 400 before taking an answer from the
+queue: an assistant message's tool-call ids must be unique (and, stricter than some servers,
+unused by any earlier message), each answered by exactly one `tool` message before the next
+assistant or user message, no `tool` message without its call, ids at most 40 characters. It
+can also enforce a context size: requests whose message text exceeds N characters get
+OpenAI's context_length_exceeded 400. Every request is recorded with how it was answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+AUTO = "<auto>"  # a call id the server makes up (unique per server)
+MAX_ID_CHARS = 40  # OpenAI: "Expected a string with maximum length 40"
+ROLES = {"system", "developer", "user", "assistant", "tool"}
+
+
+@dataclass
+class Call:
+    name: str  # canonical or wire; sent as the wire name (dots become '__')
+    arguments: Any  # a dict is sent as JSON text; a string is sent as it is, malformed or not
+    id: str | None = AUTO  # None: the call carries no id at all
+
+
+@dataclass
+class Answer:
+    text: str | None = None  # None is `content: null`
+    calls: list[Call] = field(default_factory=list)
+    usage: tuple[int, int] | None = None  # (prompt_tokens, completion_tokens)
+    status: int = 200
+    error: dict[str, Any] | None = None  # the body of a failure
+    headers: dict[str, str] = field(default_factory=dict)
+    hang: float = 0.0  # seconds of silence before anything is sent
+    hang_after_chunks: int | None = None  # streamed: fall silent (and end) after this many
+    piece_chars: int = 3  # characters per streamed text piece
+    raw: Any = None  # a body sent verbatim with `status` (text if a string, else JSON)
+    sse: list[str] | None = None  # a stream sent verbatim, one string per line
+
+
+def call(name: str, arguments: Any = None, id: str | None = AUTO) -> Call:
+    return Call(name, {} if arguments is None else arguments, id)
+
+
+def reply(text: str | None = None, *calls: Call, usage: tuple[int, int] | None = None,
+          **options: Any) -> Answer:
+    return Answer(text=text, calls=list(calls), usage=usage, **options)
+
+
+def failure(status: int, message: str, *, code: str | None = None, kind: str = "server_error",
+            retry_after: str | None = None) -> Answer:
+    headers = {"Retry-After": retry_after} if retry_after is not None else {}
+    return Answer(status=status, headers=headers, error={"error": {
+        "message": message, "type": kind, "param": None, "code": code}})
+
+
+def too_many_requests(retry_after: str = "0.1") -> Answer:
+    return failure(429, "Rate limit reached for requests. Please try again shortly.",
+                   code="rate_limit_exceeded", kind="requests", retry_after=retry_after)
+
+
+def server_error() -> Answer:
+    return failure(500, "The server had an error while processing your request.")
+
+
+def context_too_long(limit: int = 4096, got: int = 5000) -> Answer:
+    return failure(400, f"This model's maximum context length is {limit} tokens. However, your "
+                        f"messages resulted in {got} tokens. Please reduce the length of the "
+                        "messages.", code="context_length_exceeded", kind="invalid_request_error")
+
+
+def silence(seconds: float) -> Answer:
+    """No answer at all for `seconds` (then a reply nobody should still be waiting for)."""
+    return Answer(text="too late", hang=seconds)
+
+
+@dataclass
+class Recorded:
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+    status: int = 0
+    problem: str | None = None  # why the server refused it, if it did
+    answer: Answer | None = None
+    complete: bool = False  # the whole answer went out (a hang never completes)
+
+
+class HostileModel:
+    def __init__(self, *, context_chars: int | None = None, max_id_chars: int = MAX_ID_CHARS,
+                 unique_ids_across_history: bool = True) -> None:
+        self.context_chars = context_chars
+        self.max_id_chars = max_id_chars
+        self.unique_ids_across_history = unique_ids_across_history
+        self.answers: deque[Answer] = deque()
+        self.requests: list[Recorded] = []
+        self._ids = itertools.count(1)
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.base_url = ""
+
+    def queue(self, *answers: Answer) -> None:
+        self.answers.extend(answers)
+
+    # What the tests read
+
+    def accepted(self) -> list[Recorded]:
+        return [r for r in self.requests if r.status == 200]
+
+    def refused_histories(self) -> list[str]:
+        return [r.problem for r in self.requests if r.problem]
+
+    def usage_served(self) -> tuple[int, int, int]:
+        """(prompt tokens, completion tokens, completions) over answers that went out whole."""
+        whole = [r for r in self.requests if r.complete and r.status == 200]
+        return (sum(r.answer.usage[0] for r in whole if r.answer.usage),
+                sum(r.answer.usage[1] for r in whole if r.answer.usage), len(whole))
+
+    # Serving
+
+    def start(self) -> "HostileModel":
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
+        self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
+                                                     timeout_graceful_shutdown=1))
+        self._server.install_signal_handlers = lambda: None
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]},
+                                        daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            assert time.monotonic() < deadline, "the hostile model server did not start"
+            time.sleep(0.01)
+        self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        self._sock = sock
+        return self
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+            self._sock.close()
+
+    def __enter__(self) -> "HostileModel":
+        return self.start()
+
+    def __exit__(self, *_exc: Any) -> None:
+        self.close()
+
+    async def _chat(self, request: Request) -> Response:
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            body = None
+        record = Recorded(body, dict(request.headers))
+        self.requests.append(record)
+        problem = request_problem(body, self.max_id_chars, self.unique_ids_across_history)
+        if problem is not None:
+            record.status, record.problem = 400, problem
+            return _invalid(problem)
+        if self.context_chars is not None and message_chars(body["messages"]) > self.context_chars:
+            refusal = context_too_long(self.context_chars, message_chars(body["messages"]))
+            record.status = 400
+            return JSONResponse(refusal.error, status_code=400)
+        if not self.answers:
+            record.status, record.problem = 400, "the test queued no answer for this request"
+            return _invalid(record.problem)
+        answer = record.answer = self.answers.popleft()
+        record.status = answer.status
+        if answer.hang:
+            await asyncio.sleep(answer.hang)
+        if answer.sse is not None:
+            return StreamingResponse(self._verbatim(record, answer.sse),
+                                     media_type="text/event-stream")
+        if answer.raw is not None:
+            record.complete = True
+            if isinstance(answer.raw, str):
+                return Response(answer.raw, status_code=answer.status, headers=answer.headers,
+                                media_type="text/plain")
+            return JSONResponse(answer.raw, status_code=answer.status, headers=answer.headers)
+        if answer.status != 200:
+            record.complete = True
+            return JSONResponse(answer.error, status_code=answer.status, headers=answer.headers)
+        ids = [self._id(c) for c in answer.calls]
+        model = str(body.get("model", ""))
+        if body.get("stream"):
+            usage = answer.usage if (body.get("stream_options") or {}).get("include_usage") else None
+            return StreamingResponse(self._stream(record, answer, ids, model, usage),
+                                     media_type="text/event-stream")
+        record.complete = not answer.hang
+        return JSONResponse(completion(answer, ids, model))
+
+    def _id(self, c: Call) -> str | None:
+        return f"call_{next(self._ids)}" if c.id == AUTO else c.id
+
+    async def _stream(self, record: Recorded, answer: Answer, ids: list[str | None], model: str,
+                      usage: tuple[int, int] | None) -> AsyncIterator[str]:
+        for n, chunk in enumerate(chunks(answer, ids, model, usage)):
+            if n == answer.hang_after_chunks:
+                await asyncio.sleep(1_000_000)  # until the client gives up and we are closed
+                return
+            yield f"data: {json.dumps(chunk)}\n\n"
+            await asyncio.sleep(0)
+        yield "data: [DONE]\n\n"
+        record.complete = not answer.hang
+
+
+    async def _verbatim(self, record: Recorded, lines: list[str]) -> AsyncIterator[str]:
+        for line in lines:
+            yield line + "\n"
+            await asyncio.sleep(0)
+        record.complete = True
+
+
+def _invalid(message: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": "invalid_request_error",
+                                   "param": "messages", "code": None}}, status_code=400)
+
+
+def _wire(name: str) -> str:
+    return name.replace(".", "__")
+
+
+def _arguments(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def completion(answer: Answer, ids: list[str | None], model: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": answer.text}
+    if answer.calls:
+        message["tool_calls"] = [
+            {**({"id": i} if i is not None else {}), "type": "function",
+             "function": {"name": _wire(c.name), "arguments": _arguments(c.arguments)}}
+            for c, i in zip(answer.calls, ids)]
+    data: dict[str, Any] = {"id": "chatcmpl-hostile", "object": "chat.completion",
+                            "created": int(time.time()), "model": model,
+                            "choices": [{"index": 0, "message": message,
+                                         "finish_reason": "tool_calls" if answer.calls else "stop"}]}
+    if answer.usage:
+        data["usage"] = _usage(answer.usage)
+    return data
+
+
+def chunks(answer: Answer, ids: list[str | None], model: str,
+           usage: tuple[int, int] | None) -> list[dict[str, Any]]:
+    """The answer as OpenAI streams it: a role chunk, text pieces, tool-call fragments by index
+    (id and name first, the arguments in pieces), a finish chunk, then usage if asked for."""
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"id": "chatcmpl-hostile", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": model, "usage": None,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    out = [chunk({"role": "assistant", "content": None if answer.text is None else ""})]
+    text, size = answer.text or "", max(1, answer.piece_chars)
+    out += [chunk({"content": text[i:i + size]}) for i in range(0, len(text), size)]
+    for index, (c, call_id) in enumerate(zip(answer.calls, ids)):
+        head = {"index": index, "type": "function",
+                "function": {"name": _wire(c.name), "arguments": ""}}
+        if call_id is not None:
+            head["id"] = call_id
+        out.append(chunk({"tool_calls": [head]}))
+        raw = _arguments(c.arguments)
+        step = max(1, len(raw) // 3)
+        out += [chunk({"tool_calls": [{"index": index, "function": {"arguments": raw[i:i + step]}}]})
+                for i in range(0, len(raw), step)]
+    out.append(chunk({}, "tool_calls" if answer.calls else "stop"))
+    if usage:
+        out.append({"id": "chatcmpl-hostile", "object": "chat.completion.chunk",
+                    "created": int(time.time()), "model": model, "choices": [],
+                    "usage": _usage(usage)})
+    return out
+
+
+def _usage(usage: tuple[int, int]) -> dict[str, int]:
+    return {"prompt_tokens": usage[0], "completion_tokens": usage[1],
+            "total_tokens": usage[0] + usage[1]}
+
+
+def message_chars(messages: list[dict[str, Any]]) -> int:
+    """The size a context limit is checked against: every message's text and call arguments."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        total += len(content) if isinstance(content, str) else len(json.dumps(content or ""))
+        for c in message.get("tool_calls") or []:
+            total += len(str((c.get("function") or {}).get("arguments", "")))
+    return total
+
+
+def request_problem(body: Any, max_id_chars: int = MAX_ID_CHARS,
+                    unique_across_history: bool = True) -> str | None:
+    """Why the real API would refuse this request (400), or None."""
+    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+        return "'messages' is a required property"
+    return history_problem(body["messages"], max_id_chars, unique_across_history)
+
+
+def history_problem(messages: list[Any], max_id_chars: int = MAX_ID_CHARS,
+                    unique_across_history: bool = True) -> str | None:
+    seen: set[str] = set()  # every call id of every earlier assistant message
+    waiting: dict[str, bool] = {}  # the open assistant message's ids → answered yet
+    for n, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ROLES:
+            return f"Invalid 'messages[{n}]': unknown or missing role."
+        role = message["role"]
+        if role == "tool":
+            problem = _tool_problem(n, message, waiting)
+            if problem:
+                return problem
+            continue
+        unanswered = [i for i, answered in waiting.items() if not answered]
+        if unanswered:
+            return ("An assistant message with 'tool_calls' must be followed by tool messages "
+                    "responding to each 'tool_call_id'. The following tool_call_ids did not "
+                    f"have response messages: {', '.join(unanswered)}")
+        waiting = {}
+        if role == "assistant":
+            problem = _calls_problem(n, message, seen, max_id_chars, unique_across_history)
+            if problem:
+                return problem
+            ids = [c["id"] for c in message.get("tool_calls") or []]
+            waiting = {i: False for i in ids}
+            seen.update(ids)
+        elif not isinstance(message.get("content"), (str, list)):
+            return f"Invalid 'messages[{n}].content': expected a string."
+    unanswered = [i for i, answered in waiting.items() if not answered]
+    if unanswered:
+        return ("An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(unanswered)}")
+    return None
+
+
+def _tool_problem(n: int, message: dict[str, Any], waiting: dict[str, bool]) -> str | None:
+    call_id = message.get("tool_call_id")
+    if call_id not in waiting:
+        return ("Invalid parameter: messages with role 'tool' must be a response to a preceeding "
+                f"message with 'tool_calls' (messages[{n}].tool_call_id {call_id!r}).")
+    if waiting[call_id]:
+        return f"Invalid 'messages[{n}]': tool_call_id {call_id!r} was already answered."
+    if not isinstance(message.get("content"), (str, list)):
+        return f"Invalid 'messages[{n}].content': expected a string."
+    waiting[call_id] = True
+    return None
+
+
+def _calls_problem(n: int, message: dict[str, Any], seen: set[str], max_id_chars: int,
+                   unique_across_history: bool) -> str | None:
+    content = message.get("content")
+    calls = message.get("tool_calls") or []
+    if content is not None and not isinstance(content, (str, list)):
+        return f"Invalid 'messages[{n}].content': expected a string or null."
+    if content is None and not calls:
+        return f"Invalid 'messages[{n}]': an assistant message needs content or tool_calls."
+    ids: set[str] = set()
+    for k, c in enumerate(calls):
+        where = f"messages[{n}].tool_calls[{k}]"
+        call_id = c.get("id") if isinstance(c, dict) else None
+        if not isinstance(call_id, str) or not call_id:
+            return f"Missing required parameter: '{where}.id'."
+        if len(call_id) > max_id_chars:
+            return (f"Invalid '{where}.id': string too long. Expected a string with maximum "
+                    f"length {max_id_chars}, but got a string with length {len(call_id)} instead.")
+        if call_id in ids:
+            return f"Invalid '{where}.id': duplicate tool call id {call_id!r} in one message."
+        if unique_across_history and call_id in seen:
+            return f"Invalid '{where}.id': tool call id {call_id!r} was used by an earlier message."
+        function = c.get("function") or {}
+        if c.get("type") != "function" or not isinstance(function.get("name"), str):
+            return f"Invalid '{where}': expected a function call with a name."
+        if not isinstance(function.get("arguments"), str):
+            return f"Invalid '{where}.function.arguments': expected a string."
+        ids.add(call_id)
+    return None

@@ -34,6 +34,12 @@ async def decide(conn: AsyncConnection, principal: Principal, approval_id: str, 
     existing = await cursor.fetchone()
     if existing is None:
         raise NotFound("approval", approval_id, "list approvals with GET /v1/approvals")
+    if existing["status"] == "cancelled":
+        error = Conflict(f"approval {approval_id} can no longer be decided: its run "
+                         f"{existing['execution_id']} was cancelled while it waited",
+                         status="cancelled", run_id=str(existing["execution_id"]))
+        error.code = "run_cancelled"
+        raise error
     error = Conflict(f"approval {approval_id} was already {existing['status']}; a decision is "
                      "made once", status=existing["status"])
     error.code = "already_decided"

@@ -2,7 +2,8 @@
 
 Both go down the same path as a cron fire: an execution row and a queue task named by its id,
 inserted in one transaction with NOTIFY. An Idempotency-Key makes a retried request return the
-execution the first request created; the same key with a different body is refused.
+execution the first request created; the same key with a different body is refused. A paused
+agent refuses new runs (409); a draft agent runs by hand (the tick never fires it).
 """
 
 from __future__ import annotations
@@ -20,12 +21,27 @@ from scheduler.schedules import get_schedule
 from scheduler.serialize import RUN_FIELDS, pick
 from scheduler.tokens import Principal
 from sql import QUERIES
-from sql.errors import InvalidInput, NotFound
+from sql.errors import Conflict, InvalidInput, NotFound
 from sql.ids import new_id
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "model_calls")
+
+
+class AgentPaused(Conflict):
+    code = "agent_paused"
+
+    def __init__(self, agent_id: object) -> None:
+        super().__init__(f"agent {agent_id} is paused and starts no new runs; set its status "
+                         f"to active (`tickwork agent apply` or PUT /v1/agents/{agent_id}) "
+                         "to run it",
+                         agent_id=str(agent_id))
 
 
 def public_run(row: dict[str, Any]) -> dict[str, Any]:
-    return pick(row, RUN_FIELDS)
+    run = pick(row, RUN_FIELDS)
+    usage = row.get("usage") or {}
+    run["usage"] = {key: int(usage.get(key, 0)) for key in USAGE_KEYS}
+    return run
 
 
 def request_hash(route: str, body: Any) -> str:
@@ -57,13 +73,32 @@ async def run_schedule_now(conn: AsyncConnection, principal: Principal, schedule
 async def _insert_run(conn: AsyncConnection, principal: Principal, idempotency_key: str | None,
                       body_hash: str, fields: dict[str, Any]) -> dict:
     async with conn.transaction():
-        cursor = await conn.execute(QUERIES["insert_manual_execution"], {
-            "id": new_id(), "tenant_id": principal.tenant_id, "idempotency_key": idempotency_key,
-            "request_hash": body_hash if idempotency_key else None, **fields})
-        row = await cursor.fetchone()
+        # The agent's row is held FOR SHARE until the run is queued: a pause that commits
+        # first is seen here, one that comes later waits for this run and then stops the next.
+        cursor = await conn.execute(QUERIES["lock_agent_for_run"], {"agent_id": fields["agent_id"]})
+        agent = await cursor.fetchone()
+        row = None
+        if agent is None or agent["status"] != "paused":
+            cursor = await conn.execute(QUERIES["insert_manual_execution"], {
+                "id": new_id(), "tenant_id": principal.tenant_id,
+                "idempotency_key": idempotency_key,
+                "request_hash": body_hash if idempotency_key else None, **fields})
+            row = await cursor.fetchone()
+        elif not await _key_used(conn, principal, idempotency_key):
+            raise AgentPaused(fields["agent_id"])
     if row is not None:
         return public_run(row)
+    # A replayed request returns the run its first attempt queued, even if the agent has
+    # been paused since.
     return await _replay(conn, principal, idempotency_key, body_hash)
+
+
+async def _key_used(conn: AsyncConnection, principal: Principal, key: str | None) -> bool:
+    if key is None:
+        return False
+    cursor = await conn.execute(QUERIES["get_execution_by_idempotency_key"],
+                                {"tenant_id": principal.tenant_id, "idempotency_key": key})
+    return await cursor.fetchone() is not None
 
 
 async def _replay(conn: AsyncConnection, principal: Principal, key: str | None,

@@ -17,7 +17,7 @@ ApprovalId = Annotated[str, Path(max_length=200, pattern=r"^[0-9a-f-]{36}:[A-Za-
 
 
 @router.get("")
-async def list_approvals(status: Literal["pending", "approved", "rejected"] | None = None,
+async def list_approvals(status: Literal["pending", "approved", "rejected", "cancelled"] | None = None,
                          limit: int = 50, cursor: str | None = None,
                          s: Session = Depends(session)) -> dict:
     limit = check_limit(limit)

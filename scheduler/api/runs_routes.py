@@ -80,7 +80,8 @@ async def _tail_principal(request: Request, run_id: UUID, ticket: str | None) ->
 
 @router.post("/{run_id}/cancel", status_code=202)
 async def cancel(run_id: UUID, s: Session = Depends(session)) -> dict:
-    """A queued run is cancelled at once; a running one stops at its next turn boundary."""
+    """A queued run, or one waiting for approval, is cancelled at once (the waiting run's
+    approvals with it); a running one stops at its next turn boundary."""
     async with s.conn.transaction():
         row = await (await s.conn.execute(QUERIES["request_cancel"], {
             "id": run_id, "tenant_id": s.principal.tenant_id})).fetchone()

@@ -53,6 +53,8 @@ SELECT decided.*, (SELECT count(*) FROM notified) AS notified FROM decided;
 -- name: claim_resume
 -- Take a suspended run back to running with a fresh deadline and run token, and drop the
 -- resume task; a second delivery of the same resume finds nothing suspended and does nothing.
+-- The saved state is consumed (deleted) by the claim that takes it: it holds the pending
+-- call's real arguments, which must not stay at rest once the call is decided.
 WITH resumed AS (
     UPDATE executions e
        SET status = 'running', breadcrumb = NULL, run_token = %(run_token)s,
@@ -61,10 +63,13 @@ WITH resumed AS (
     RETURNING e.*
 ), dropped AS (
     DELETE FROM queue_tasks WHERE name = %(task_name)s
+), consumed AS (
+    DELETE FROM run_states s USING resumed r WHERE s.execution_id = r.id
+    RETURNING s.state
 )
 SELECT resumed.*,
        (SELECT max(seq) FROM run_events r WHERE r.execution_id = %(execution_id)s) AS last_seq,
-       (SELECT state FROM run_states s WHERE s.execution_id = %(execution_id)s) AS state,
+       (SELECT state FROM consumed) AS state,
        a.status AS approval_status, a.reason AS approval_reason
   FROM resumed
   LEFT JOIN approvals a ON a.id = %(task_name)s;
@@ -79,26 +84,53 @@ VALUES (%(execution_id)s, %(tool_call_id)s, %(result)s, %(ok)s)
 ON CONFLICT (execution_id, tool_call_id) DO NOTHING;
 
 -- name: request_cancel
--- A queued run is cancelled at once (its task removed); a running one is asked to stop.
+-- A queued run is cancelled at once (its task removed); a running one is asked to stop; a run
+-- waiting for approval (completed + breadcrumb 'suspended', which the terminal-state trigger
+-- lets change) is cancelled at once: a terminal run_complete is journaled so tails close, its
+-- pending approvals become 'cancelled', and its resume task, if a decision already queued one,
+-- is removed (a resume that slips past finds nothing suspended and does nothing).
 WITH target AS (
-    SELECT id, status FROM executions
+    SELECT id, status, breadcrumb = 'suspended' AND status = 'completed' AS suspended
+      FROM executions
      WHERE id = %(id)s AND tenant_id = %(tenant_id)s
        FOR UPDATE
 ), cancelled AS (
     UPDATE executions e
-       SET status = CASE WHEN t.status = 'queued' THEN 'cancelled' ELSE e.status END,
-           outcome = CASE WHEN t.status = 'queued' THEN 'cancelled' ELSE e.outcome END,
-           reason = CASE WHEN t.status = 'queued' THEN 'cancelled before it started' ELSE e.reason END,
-           finished_at = CASE WHEN t.status = 'queued' THEN now() ELSE e.finished_at END,
+       SET status = CASE WHEN t.status = 'running' THEN e.status ELSE 'cancelled' END,
+           outcome = CASE WHEN t.status = 'running' THEN e.outcome ELSE 'cancelled' END,
+           reason = CASE WHEN t.status = 'queued' THEN 'cancelled before it started'
+                         WHEN t.suspended THEN 'cancelled while waiting for approval'
+                         ELSE e.reason END,
+           breadcrumb = CASE WHEN t.suspended THEN NULL ELSE e.breadcrumb END,
+           finished_at = CASE WHEN t.status = 'running' THEN e.finished_at ELSE now() END,
            cancel_requested_at = coalesce(e.cancel_requested_at, now())
       FROM target t
-     WHERE e.id = t.id AND t.status IN ('queued', 'running')
-    RETURNING e.*
+     WHERE e.id = t.id AND (t.status IN ('queued', 'running') OR t.suspended)
+    RETURNING e.*, t.suspended AS was_suspended
+), journaled AS (
+    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
+    SELECT c.id,
+           coalesce((SELECT max(r.seq) FROM run_events r WHERE r.execution_id = c.id), 0) + 1,
+           (SELECT min(r.seq) FROM run_events r WHERE r.execution_id = c.id),
+           'run_complete',
+           jsonb_build_object('status', 'cancelled', 'outcome', 'cancelled', 'by', 'person',
+                              'reason', c.reason, 'usage', c.usage)
+      FROM cancelled c
+     WHERE c.was_suspended
+    RETURNING 1
+), approvals_cancelled AS (
+    UPDATE approvals a
+       SET status = 'cancelled', reason = 'the run was cancelled', decided_at = now()
+      FROM cancelled c
+     WHERE a.execution_id = c.id AND c.was_suspended AND a.status = 'pending'
+    RETURNING 1
 ), dropped AS (
     DELETE FROM queue_tasks q USING cancelled c
      WHERE q.execution_id = c.id AND c.status = 'cancelled'
 ), tails_woken AS (
     SELECT pg_notify('tickwork_events', id::text) FROM cancelled
 )
-SELECT cancelled.*, (SELECT count(*) FROM tails_woken) AS tails_woken FROM cancelled;
-
+SELECT cancelled.*, (SELECT count(*) FROM tails_woken) AS tails_woken,
+       (SELECT count(*) FROM journaled) AS journaled,
+       (SELECT count(*) FROM approvals_cancelled) AS approvals_cancelled
+  FROM cancelled;

@@ -21,6 +21,11 @@ WITH inserted AS (
 )
 SELECT inserted.*, (SELECT count(*) FROM notified) AS notified FROM inserted;
 
+-- name: lock_agent_for_run
+-- Read the agent's status for a run started by hand, holding the row until the run is queued
+-- (a concurrent pause waits, so "paused" is never half-applied).
+SELECT status FROM agents WHERE id = %(agent_id)s FOR SHARE;
+
 -- name: get_execution_by_idempotency_key
 SELECT * FROM executions WHERE tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s;
 

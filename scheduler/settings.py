@@ -1,5 +1,6 @@
 """Scheduler settings, from TICKWORK_* environment variables. Passed in, never read globally."""
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -19,4 +20,15 @@ class SchedulerSettings(BaseSettings):
     stream_ticket_ttl_seconds: int = 600
     auth_failure_limit: int = 30  # failed token attempts per client per window; 0 disables
     auth_failure_window_seconds: float = 60.0
+    # Comma-separated addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed by
+    # the failed-login brake. Empty: the header is ignored and the peer address counts.
+    trusted_proxies: str = ""
     test_mode: bool = False
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxies_parse(cls, value: str) -> str:
+        from scheduler.api.throttle import parse_networks
+
+        parse_networks(value)  # refuse a typo at startup, not at the first failed login
+        return value

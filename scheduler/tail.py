@@ -107,7 +107,7 @@ async def create_ticket(conn: AsyncConnection, principal: Principal, run_id: UUI
     ticket = "st_" + secrets.token_urlsafe(32)
     cursor = await conn.execute(QUERIES["insert_stream_ticket"], {
         "ticket_hash": hash_ticket(ticket), "tenant_id": principal.tenant_id,
-        "execution_id": run_id, "ttl_seconds": ttl_seconds})
+        "execution_id": run_id, "token_id": principal.token_id, "ttl_seconds": ttl_seconds})
     row = await cursor.fetchone()
     return {"ticket": ticket, "expires_at": row["expires_at"]}
 
@@ -116,9 +116,10 @@ async def principal_from_ticket(conn: AsyncConnection, ticket: str, run_id: UUID
     if not _TICKET_FORMAT.fullmatch(ticket):
         raise Unauthorized("the stream ticket is malformed; get one with "
                            "POST /v1/runs/{id}/stream-ticket")
-    cursor = await conn.execute(QUERIES["find_stream_ticket"],
+    cursor = await conn.execute(QUERIES["consume_stream_ticket"],  # single use
                                 {"ticket_hash": hash_ticket(ticket), "execution_id": run_id})
     row = await cursor.fetchone()
     if row is None:
-        raise Unauthorized("the stream ticket is unknown, expired, or for another run")
+        raise Unauthorized("the stream ticket is unknown, used, expired, revoked with its "
+                           "token, or for another run; get a new one")
     return Principal(tenant_id=row["tenant_id"], is_admin=False)

@@ -94,12 +94,13 @@ def settings():
 
 @pytest.fixture
 async def tokens(pool):
-    """Tokens of two tenants, acme (admin) and globex (not admin)."""
+    """Tokens of two tenants, acme (admin) and globex (not admin), and a cluster operator's."""
     from scheduler.tokens import create_token
 
     async with pool.connection() as conn:
         return {"acme": await create_token(conn, tenant="acme", admin=True),
-                "globex": await create_token(conn, tenant="globex", admin=False)}
+                "globex": await create_token(conn, tenant="globex", admin=False),
+                "operator": await create_token(conn, operator=True)}
 
 
 @pytest.fixture

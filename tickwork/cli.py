@@ -19,7 +19,7 @@ from tickwork.logs import configure_logging
 
 app = typer.Typer(help="tickwork: a Postgres-native job queue and scheduler for AI-agent runs.",
                   no_args_is_help=True, add_completion=False)
-token_app = typer.Typer(help="Operator tokens.", no_args_is_help=True)
+token_app = typer.Typer(help="API tokens: create, list, revoke.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 cli_resources.register(app)
 
@@ -99,19 +99,71 @@ def tick(at: Optional[str] = typer.Option(None, help="Test mode only: tick as of
 
 
 @token_app.command("create")
-def token_create(tenant: str = typer.Option(..., help="Tenant name (created if new)."),
-                 admin: bool = typer.Option(False, help="May call operator routes such as /v1/tick.")
-                 ) -> None:
+def token_create(
+        tenant: Optional[str] = typer.Option(None, help="Tenant name (created if new)."),
+        admin: bool = typer.Option(False, help="May list and revoke its tenant's tokens."),
+        operator: bool = typer.Option(False, help="A cluster-wide operator token (metrics, the "
+                                      "global tick, every tenant's tokens); no --tenant."),
+        expires_in: Optional[str] = typer.Option(None, help="Lifetime: 90m, 12h, 30d or 2w "
+                                                 "(default: until revoked).")) -> None:
     """Create a token; it is printed once, alone on the last line."""
+    from scheduler.tokens import parse_lifetime
     from tickwork.local import create_token_sync
 
     try:
-        token = create_token_sync(database_url(), tenant=tenant, admin=admin)
+        seconds = parse_lifetime(expires_in) if expires_in is not None else None
+        token = create_token_sync(database_url(), tenant=tenant, admin=admin, operator=operator,
+                                  expires_seconds=seconds)
     except TickworkError as exc:
         fail(exc.message)
-    typer.echo(f"token for tenant {tenant}{' (admin)' if admin else ''}; store it now, it is "
-               "not shown again:")
+    kind = "operator token" if operator else \
+        f"token for tenant {tenant}{' (admin)' if admin else ''}"
+    lifetime = f", expires in {expires_in}" if expires_in else ""
+    typer.echo(f"{kind}{lifetime}; store it now, it is not shown again:")
     typer.echo(token)
+
+
+@token_app.command("list")
+def token_list(tenant: Optional[str] = typer.Option(None, help="Only this tenant's tokens."),
+               as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")
+               ) -> None:
+    """Tokens (never the token itself): id, tenant, kind, created, expires, last used."""
+    from scheduler.tokens import public_token
+    from tickwork.local import list_tokens_sync
+
+    try:
+        items = [public_token(row) for row in list_tokens_sync(database_url(), tenant=tenant)]
+    except TickworkError as exc:
+        fail(exc.message)
+    if as_json:
+        typer.echo(json.dumps({"items": items}))
+        return
+    from rich.table import Table
+
+    from tickwork.cli_resources import local_time, out
+    from tickwork.local_zone import machine_zone
+
+    zone = machine_zone()
+    table = Table("id", "tenant", "kind", "created", "expires", "last used", "revoked")
+    for t in items:
+        kind = "operator" if t["operator"] else "admin" if t["admin"] else "tenant"
+        table.add_row(t["id"], t["tenant"] or "(all)", kind, local_time(t["created_at"], zone),
+                      local_time(t["expires_at"], zone) if t["expires_at"] else "never",
+                      local_time(t["last_used_at"], zone), local_time(t["revoked_at"], zone))
+    out.print(table)
+
+
+@token_app.command("revoke")
+def token_revoke(token_or_id: str = typer.Argument(..., metavar="TOKEN_OR_ID",
+                                                   help="The token (tw_…) or its id.")) -> None:
+    """Revoke a token (give it or its id): refused from its next request on, tickets too."""
+    from tickwork.local import revoke_token_sync
+
+    try:
+        row = revoke_token_sync(database_url(), token_or_id)
+    except TickworkError as exc:
+        fail(exc.message)
+    typer.echo(f"revoked token {row['id']}")
 
 
 @app.command()

@@ -1,39 +1,98 @@
-"""`tickwork up` and the token verb: the pieces that need a database but no API."""
+"""`tickwork up` and the token verbs: the pieces that need a database but no API."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Callable
+import os
+from pathlib import Path
+from typing import Any, Callable
 
+import psycopg
 import typer
 
 from scheduler.settings import SchedulerSettings
-from scheduler.tokens import create_token
+from scheduler.tokens import authenticate, create_token, list_tokens, revoke_token
 from sql.db import connect
+from sql.errors import TickworkError, Unauthorized
+
+LOCAL_TENANT = "local"
+TOKEN_FILE = "local-admin-token"
 
 
-def create_token_sync(url: str, *, tenant: str, admin: bool) -> str:
-    async def create() -> str:
+class NotTheOwner(TickworkError):
+    code = "not_the_owner"
+
+
+def _with_conn(url: str, work) -> Any:
+    async def run() -> Any:
         conn = await connect(url, application_name="tickwork-cli")
         try:
-            return await create_token(conn, tenant=tenant, admin=admin)
+            return await work(conn)
+        except psycopg.errors.InsufficientPrivilege:
+            user = conn.info.user
+            raise NotTheOwner(
+                f"the database role {user!r} may not manage tenants and tokens; run this with "
+                "the owner's TICKWORK_DATABASE_URL (with compose: `docker compose run --rm "
+                "migrate tickwork token …`)") from None
         finally:
             await conn.close()
-    return asyncio.run(create())
+    return asyncio.run(run())
+
+
+def create_token_sync(url: str, *, tenant: str | None, admin: bool = False,
+                      operator: bool = False, expires_seconds: int | None = None) -> str:
+    return _with_conn(url, lambda conn: create_token(
+        conn, tenant=tenant, admin=admin, operator=operator, expires_seconds=expires_seconds))
+
+
+def list_tokens_sync(url: str, *, tenant: str | None) -> list[dict[str, Any]]:
+    return _with_conn(url, lambda conn: list_tokens(conn, tenant=tenant))
+
+
+def revoke_token_sync(url: str, token_or_id: str) -> dict[str, Any]:
+    return _with_conn(url, lambda conn: revoke_token(conn, token_or_id))
+
+
+def local_admin_token(url: str, data_root: Path) -> str:
+    """The admin token of tenant `local`, kept 0600 in the data folder and reused while the
+    database still takes it (a revoked, expired or foreign one is replaced): `up` does not
+    mint a new token on every start."""
+    path = data_root / TOKEN_FILE
+    if path.exists():
+        kept = path.read_text().strip()
+        try:
+            principal = _with_conn(url, lambda conn: authenticate(conn, kept))
+            if principal.is_admin and not principal.is_operator:
+                return kept
+        except Unauthorized:
+            pass  # replaced below
+    token = create_token_sync(url, tenant=LOCAL_TENANT, admin=True)
+    data_root.mkdir(parents=True, exist_ok=True)
+    # Created 0600 from the start (O_EXCL on a fresh name), so the token is never readable by
+    # others, not even for a moment; then moved over the old file.
+    fresh = path.with_name(f".{TOKEN_FILE}.{os.getpid()}")
+    fresh.unlink(missing_ok=True)  # left by a start that died here
+    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    os.replace(fresh, path)
+    return token
 
 
 def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str], None]) -> None:
+    from sql.embedded import default_data_root
     from tickwork.processes import serve_api
 
     embedded = None
+    data_root = default_data_root()
     if not url:
-        from sql.embedded import default_data_root, start_embedded
+        from sql.embedded import start_embedded
 
-        embedded = start_embedded(default_data_root())
+        embedded = start_embedded(data_root)
         url = embedded.url
     try:
         migrate_and_publish(url)
-        token = create_token_sync(url, tenant="local", admin=True)
+        token = local_admin_token(url, data_root)
         typer.echo(f"tickwork is up: API http://{host}:{port}  database {url}")
         typer.echo(f"export TICKWORK_API_URL=http://{host}:{port} TICKWORK_TOKEN={token}",
                    color=False)

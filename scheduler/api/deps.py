@@ -10,7 +10,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from scheduler.settings import SchedulerSettings
-from scheduler.api.throttle import AuthThrottle
+from scheduler.api.throttle import AuthThrottle, client_address, parse_networks
 from scheduler.tokens import Principal, authenticate
 from sql.errors import Forbidden, Unauthorized
 
@@ -46,37 +46,72 @@ def throttle_of(request: Request) -> AuthThrottle:
         settings = settings_of(request)
         state.throttle = AuthThrottle(limit=settings.auth_failure_limit,
                                       window_seconds=settings.auth_failure_window_seconds)
+        state.trusted_proxies = parse_networks(settings.trusted_proxies)
     return state.throttle
 
 
+def client_of(request: Request) -> str:
+    """The address failed attempts count against (X-Forwarded-For only from trusted proxies)."""
+    peer = request.client.host if request.client else "unknown"
+    return client_address(peer, request.headers.get("x-forwarded-for"),
+                          request.app.state.trusted_proxies)
+
+
 async def authenticated(request: Request, conn: AsyncConnection) -> Principal:
-    """The request's principal; failures count against the client's address."""
-    client = request.client.host if request.client else "unknown"
+    """The request's principal. The token is checked first, so a valid one always passes;
+    a presented token that fails counts against the client's address, and an address over
+    the limit gets 429 instead of 401 (a request with no token at all is not a guess)."""
     throttle = throttle_of(request)
-    throttle.check(client)
+    token = bearer_token(request)
     try:
-        return await authenticate(conn, bearer_token(request))
+        return await authenticate(conn, token)
     except Unauthorized:
+        client = client_of(request)
+        throttle.check(client)
         throttle.failed(client)
         raise
 
 
+def tenant_only(principal: Principal) -> Principal:
+    if principal.is_operator:
+        raise Forbidden("an operator token manages the cluster (metrics, the tick, tokens), not "
+                        "a tenant's agents and runs; use a tenant token (`tickwork token create "
+                        "--tenant NAME`)")
+    return principal
+
+
 async def session(request: Request) -> AsyncIterator[Session]:
+    """A tenant's request: its connection and principal (operator tokens are refused)."""
     async with pool_of(request).connection() as conn:
-        principal = await authenticated(request, conn)
+        principal = tenant_only(await authenticated(request, conn))
         yield Session(conn, principal)
 
 
-async def principal_only(request: Request) -> Principal:
+async def any_principal(request: Request) -> Principal:
     """Authenticate and give the connection back at once: for routes that take their own
     connections from the pool (a tick), so a request never holds one while waiting for more."""
     async with pool_of(request).connection() as conn:
         return await authenticated(request, conn)
 
 
-async def admin_principal(principal: Principal = Depends(principal_only)) -> Principal:
-    if not principal.is_admin:
-        raise Forbidden("this route needs an admin token (`tickwork token create --admin`)")
+async def principal_only(request: Request) -> Principal:
+    """As any_principal, for a tenant's routes (operator tokens are refused)."""
+    return tenant_only(await any_principal(request))
+
+
+async def operator_principal(principal: Principal = Depends(any_principal)) -> Principal:
+    """Cluster-wide routes (metrics spanning tenants, the global tick): operator tokens only."""
+    if not principal.is_operator:
+        raise Forbidden("this route spans every tenant and needs an operator token (`tickwork "
+                        "token create --operator`); a tenant's admin token is not enough")
+    return principal
+
+
+async def token_manager(principal: Principal = Depends(any_principal)) -> Principal:
+    """Token routes: a tenant's admin (its own tenant's tokens) or an operator (every token)."""
+    if not (principal.is_admin or principal.is_operator):
+        raise Forbidden("managing tokens needs an admin token (`tickwork token create --tenant "
+                        "NAME --admin`) or an operator token")
     return principal
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from scheduler.api.deps import (Session, admin_principal, pool_of, session,
+from scheduler.api.deps import (Session, operator_principal, pool_of, session,
                                 settings_of)
 from scheduler.metrics import app_metrics, read_snapshot, sse_subscribers
 from scheduler.tokens import Principal
@@ -34,7 +34,7 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-async def metrics(request: Request, _: Principal = Depends(admin_principal)) -> Response:
+async def metrics(request: Request, _: Principal = Depends(operator_principal)) -> Response:
     """Prometheus text: the tick's timings, and gauges of runs, queue, approvals and journal
     read from the database now (workers have no port; the database knows for all of them)."""
     state = request.app.state
@@ -45,7 +45,7 @@ async def metrics(request: Request, _: Principal = Depends(admin_principal)) -> 
 
 @router.post("/v1/tick")
 async def tick(request: Request, body: Annotated[TickIn | None, Body()] = None,
-               _: Principal = Depends(admin_principal)) -> dict:
+               _: Principal = Depends(operator_principal)) -> dict:
     """Run one tick now (for deployments driven by an external cron). Always 200: the outcome,
     failed or not, is in the body; the tick itself is never retried."""
     settings = settings_of(request)

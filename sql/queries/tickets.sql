@@ -1,12 +1,20 @@
 -- name: insert_stream_ticket
-INSERT INTO stream_tickets (ticket_hash, tenant_id, execution_id, expires_at)
-VALUES (%(ticket_hash)s, %(tenant_id)s, %(execution_id)s,
+INSERT INTO stream_tickets (ticket_hash, tenant_id, execution_id, token_id, expires_at)
+VALUES (%(ticket_hash)s, %(tenant_id)s, %(execution_id)s, %(token_id)s,
         now() + make_interval(secs => %(ttl_seconds)s))
 RETURNING expires_at;
 
--- name: find_stream_ticket
-SELECT tenant_id, execution_id FROM stream_tickets
- WHERE ticket_hash = %(ticket_hash)s AND execution_id = %(execution_id)s AND expires_at > now();
+-- name: consume_stream_ticket
+-- Single use: the first request that presents the ticket deletes it, atomically, so a copied
+-- URL is worth nothing once the stream has opened. A ticket whose token has since been
+-- revoked or has expired is refused (and left for retention to forget).
+DELETE FROM stream_tickets s
+ USING api_tokens t
+ WHERE s.ticket_hash = %(ticket_hash)s AND s.execution_id = %(execution_id)s
+   AND s.expires_at > now()
+   AND t.id = s.token_id AND t.revoked_at IS NULL
+   AND (t.expires_at IS NULL OR t.expires_at > now())
+RETURNING s.tenant_id, s.execution_id;
 
 -- name: delete_expired_stream_tickets
 DELETE FROM stream_tickets WHERE expires_at < now() - interval '1 hour';

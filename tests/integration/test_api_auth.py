@@ -23,6 +23,8 @@ from tests.integration.api_checks import fingerprint, check_every_response
 MISSING = "0190a000-0000-7000-8000-000000000000"
 # Routes that answer without a token: health, and what FastAPI adds for its own docs.
 PUBLIC = {"/healthz", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
+# Routes that span every tenant: the cluster operator's token only.
+OPERATOR_ROUTES = {("GET", "/metrics"), ("POST", "/v1/tick")}
 
 
 @pytest.fixture(autouse=True)
@@ -103,8 +105,18 @@ async def revoked_token(pool) -> str:
     return token
 
 
+async def expired_token(pool) -> str:
+    from scheduler.tokens import create_token
+
+    async with pool.connection() as conn:
+        token = await create_token(conn, tenant="acme", admin=True, expires_seconds=3600)
+        await conn.execute("UPDATE api_tokens SET expires_at = now() - interval '1 second'"
+                           " WHERE token_hash = sha256(convert_to(%s, 'UTF8'))", (token,))
+    return token
+
+
 # Each credential variant: (Authorization header or None, extra headers, query params).
-def credential_variants(valid: str, revoked: str) -> dict[str, tuple]:
+def credential_variants(valid: str, revoked: str, expired: str) -> dict[str, tuple]:
     return {
         "no_header": (None, {}, {}),
         "bearer_with_empty_token": ("Bearer ", {}, {}),
@@ -117,13 +129,14 @@ def credential_variants(valid: str, revoked: str) -> dict[str, tuple]:
         "token_without_scheme": (valid, {}, {}),
         "basic_scheme": (f"Basic {base64.b64encode(valid.encode()).decode()}", {}, {}),
         "revoked_token": (f"Bearer {revoked}", {}, {}),
+        "expired_token": (f"Bearer {expired}", {}, {}),
         "token_in_query_string": (None, {}, {"token": valid, "access_token": valid,
                                              "api_key": valid}),
         "token_in_cookie": (None, {"Cookie": f"token={valid}; access_token={valid}"}, {}),
     }
 
 
-VARIANT_NAMES = list(credential_variants("tw_x", "tw_y"))
+VARIANT_NAMES = list(credential_variants("tw_x", "tw_y", "tw_z"))
 
 
 @pytest.mark.parametrize("variant", VARIANT_NAMES)
@@ -131,7 +144,7 @@ async def test_every_protected_route_answers_401_json_without_a_valid_token(api,
                                                                             variant):
     rows = await seed_acme(api)
     authorization, extra_headers, params = credential_variants(
-        api.tokens["acme"], await revoked_token(pool))[variant]
+        api.tokens["acme"], await revoked_token(pool), await expired_token(pool))[variant]
     before = await fingerprint(db_url)
 
     wrong = []
@@ -158,9 +171,12 @@ async def test_the_same_routes_work_with_the_valid_token(api):
     rows = await seed_acme(api)
     # Read-only routes only: proves the sweep above is refused for auth, not for its inputs.
     # Accept: application/json keeps a streaming route (run events) from following live.
+    operator = {"Authorization": f"Bearer {api.tokens['operator']}"}
     for method, path in PROTECTED_ROUTES:
         if method == "GET":
-            response = await api.get(fill_path(path, rows), headers={"Accept": "application/json"})
+            response = await api.get(fill_path(path, rows), headers={
+                "Accept": "application/json",
+                **(operator if (method, path) in OPERATOR_ROUTES else {})})
             assert response.status_code not in (401, 403), (path, response.text)
             assert response.status_code < 400, (path, response.text)
 
@@ -181,22 +197,45 @@ async def test_health_ignores_a_bad_token(api):
     assert response.status_code == 200
 
 
-async def test_a_non_admin_token_may_not_tick(api, db_url):
+@pytest.mark.parametrize("tenant", ["acme", "globex"])  # acme's token is its tenant's admin
+async def test_a_tenant_token_even_an_admin_may_not_use_the_cluster_routes(api, db_url, tenant):
     before = await fingerprint(db_url)
 
-    response = await api.post("/v1/tick", json={},
-                              headers={"Authorization": f"Bearer {api.tokens['globex']}"})
+    for method, path in sorted(OPERATOR_ROUTES):
+        response = await api.request(method, path, headers={
+            "Authorization": f"Bearer {api.tokens[tenant]}"},
+            **({"json": {}} if method == "POST" else {}))
 
-    assert response.status_code == 403, response.text
-    assert response.json()["error"] == "forbidden"
+        assert response.status_code == 403, (path, response.text)
+        assert response.json()["error"] == "forbidden"
+        assert "needs an operator token" in response.json()["message"]
     assert await fingerprint(db_url) == before
 
 
-async def test_an_admin_token_may_tick(api):
-    response = await api.post("/v1/tick", json={})
+async def test_the_operator_token_may_tick_and_scrape(api):
+    operator = {"Authorization": f"Bearer {api.tokens['operator']}"}
+
+    response = await api.post("/v1/tick", json={}, headers=operator)
 
     assert response.status_code == 200, response.text
     assert response.json()["ok"] is True
+    assert (await api.get("/metrics", headers=operator)).status_code == 200
+
+
+async def test_the_operator_token_is_refused_on_a_tenants_routes(api, db_url):
+    rows = await seed_acme(api)
+    operator = {"Authorization": f"Bearer {api.tokens['operator']}"}
+    before = await fingerprint(db_url)
+
+    for method, path in PROTECTED_ROUTES:
+        if (method, path) in OPERATOR_ROUTES or path.startswith("/v1/tokens"):
+            continue
+        body = valid_body(method, path, rows)
+        response = await api.request(method, fill_path(path, rows), headers=operator,
+                                     **({"json": body} if body is not None else {}))
+        assert response.status_code == 403, (method, path, response.text)
+        assert "use a tenant token" in response.json()["message"]
+    assert await fingerprint(db_url) == before
 
 
 async def test_a_non_admin_token_works_on_its_own_tenants_routes(api):

@@ -44,6 +44,7 @@ async def world(pg_server_url, template_db):
     pool = await open_pool(db_url, application_name="tickwork-test", max_size=8)
     async with pool.connection() as conn:
         token = await create_token(conn, tenant="acme", admin=True)
+        operator = await create_token(conn, operator=True)  # the tick is the operator's
     app = create_app(SchedulerSettings(test_mode=True), pool=pool)
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                base_url="http://tickwork.test",
@@ -57,6 +58,7 @@ async def world(pg_server_url, template_db):
     manual = (await client.post(f"/v1/schedules/{schedule['id']}/run-now")).json()
     try:
         yield SimpleNamespace(api=client, db_url=db_url, pool=pool, token=token, agent=agent,
+                              as_operator={"Authorization": f"Bearer {operator}"},
                               schedule=schedule, run=run, manual=manual)
     finally:
         await client.aclose()
@@ -187,16 +189,19 @@ async def test_a_zone_key_in_a_body_is_422_timezone_not_allowed(world, case):
     "2026-03-29T02:30:00+02:00Z",
 ])
 async def test_a_tick_time_with_an_offset_or_without_a_zone_is_422_timezone_not_allowed(world, at):
-    await refused(world, "POST", "/v1/tick", 422, "timezone_not_allowed", "at", json={"at": at})
+    await refused(world, "POST", "/v1/tick", 422, "timezone_not_allowed", "at", json={"at": at},
+                  headers=world.as_operator)
 
 
 @pytest.mark.parametrize("at", ["yesterday", "2026-13-01T00:00:00Z", "", "Z"])
 async def test_a_tick_time_that_is_not_a_time_is_422(world, at):
-    await refused(world, "POST", "/v1/tick", 422, field="at", json={"at": at})
+    await refused(world, "POST", "/v1/tick", 422, field="at", json={"at": at},
+                  headers=world.as_operator)
 
 
 async def test_a_tick_time_in_utc_with_a_z_is_accepted_in_test_mode(world):
-    response = await world.api.post("/v1/tick", json={"at": "2026-03-29T02:30:00Z"})
+    response = await world.api.post("/v1/tick", json={"at": "2026-03-29T02:30:00Z"},
+                                    headers=world.as_operator)
 
     assert response.status_code == 200, response.text
     assert response.json()["ok"] is True
@@ -209,7 +214,7 @@ async def test_a_tick_time_outside_test_mode_is_422_test_mode_only(world):
     production = create_app(SchedulerSettings(test_mode=False), pool=world.pool)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=production),
                                  base_url="http://tickwork.test",
-                                 headers={"Authorization": f"Bearer {world.token}"},
+                                 headers=world.as_operator,
                                  event_hooks={"response": [check_response]}) as client:
         before = await fingerprint(world.db_url)
         response = await client.post("/v1/tick", json={"at": "2026-03-29T02:30:00Z"})
@@ -633,7 +638,8 @@ async def test_an_unknown_json_field_is_422(world, case):
     if url == "/v1/schedules":
         body = schedule_body(world, **body)
     url = url.format(agent=world.agent["id"], schedule=world.schedule["id"])
-    await refused(world, method, url, 422, json=body)
+    extra = {"headers": world.as_operator} if url == "/v1/tick" else {}
+    await refused(world, method, url, 422, json=body, **extra)
 
 
 async def test_an_unknown_route_is_a_404_json_error(world):

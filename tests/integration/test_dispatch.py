@@ -162,7 +162,8 @@ async def test_a_failed_tick_reports_why_and_leaves_nothing_half_written(db_url,
     every_minute_schedules(db_url, 5)
     with psycopg.connect(db_url) as conn:  # a planted fault: every execution insert now fails
         conn.execute("ALTER TABLE executions ADD CONSTRAINT planted_fault CHECK (false) NOT VALID")
-    response = await api.post("/v1/tick", json={"at": "2026-03-01T09:00:00Z"})
+    response = await api.post("/v1/tick", json={"at": "2026-03-01T09:00:00Z"},
+                              headers={"Authorization": f"Bearer {api.tokens['operator']}"})
     assert response.status_code == 200
     assert response.json()["ok"] is False and "planted_fault" in response.json()["error"]
     assert sql_count(db_url, "SELECT count(*) FROM schedules WHERE next_run = %s", (T0,)) == 5
@@ -172,7 +173,8 @@ async def test_a_failed_tick_reports_why_and_leaves_nothing_half_written(db_url,
 
 async def test_the_tick_endpoint_runs_the_same_tick(db_url, api):
     every_minute_schedules(db_url, 4)
-    response = await api.post("/v1/tick", json={"at": "2026-03-01T09:00:00Z"})
+    response = await api.post("/v1/tick", json={"at": "2026-03-01T09:00:00Z"},
+                              headers={"Authorization": f"Bearer {api.tokens['operator']}"})
     assert response.status_code == 200
     body = response.json()
     assert body["ok"] is True and body["dispatch"]["created"] == 4

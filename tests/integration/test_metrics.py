@@ -21,10 +21,15 @@ DB_GAUGES = ["tickwork_queue_depth", "tickwork_queue_oldest_age_seconds",
 
 # --- helpers ---------------------------------------------------------------------------------
 
+def as_operator(client: httpx.AsyncClient) -> dict[str, str]:
+    """/metrics spans tenants: it takes the cluster operator's token, not a tenant's."""
+    return {"Authorization": f"Bearer {client.tokens['operator']}"}
+
+
 async def scrape(client: httpx.AsyncClient) -> dict[str, dict[tuple, float]]:
     """family name -> {((label, value), ...) of one sample: value}, for every sample whose name
     is the family's (histogram buckets and sums are left out)."""
-    response = await client.get("/metrics")
+    response = await client.get("/metrics", headers=as_operator(client))
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain")
     families: dict[str, dict[tuple, float]] = {}
@@ -110,11 +115,11 @@ async def test_an_empty_deployment_reports_zero_for_every_gauge(api):
 
 
 async def test_a_tick_is_observed_in_the_tick_duration_histogram(api):
-    before = await api.get("/metrics")
+    before = await api.get("/metrics", headers=as_operator(api))
     count = next(s.value for f in text_string_to_metric_families(before.text)
                  for s in f.samples if s.name == "tickwork_tick_duration_seconds_count")
-    assert (await api.post("/v1/tick")).status_code == 200
-    after = await api.get("/metrics")
+    assert (await api.post("/v1/tick", headers=as_operator(api))).status_code == 200
+    after = await api.get("/metrics", headers=as_operator(api))
     assert next(s.value for f in text_string_to_metric_families(after.text)
                 for s in f.samples if s.name == "tickwork_tick_duration_seconds_count") == count + 1
 
@@ -197,9 +202,13 @@ async def test_the_oldest_open_transaction_is_reported(api, db_url):
     assert gauge(await scrape(api), "tickwork_oldest_transaction_age_seconds") == 0
 
 
-async def test_metrics_span_every_tenant_so_they_need_an_admin_token(api):
-    response = await api.get("/metrics", headers={"Authorization": f"Bearer {api.tokens['globex']}"})
-    assert response.status_code == 403 and response.json()["error"] == "forbidden"
+async def test_metrics_span_every_tenant_so_a_tenant_token_even_an_admin_gets_403(api):
+    for tenant in ("globex", "acme"):  # acme's token is its tenant's admin
+        response = await api.get("/metrics",
+                                 headers={"Authorization": f"Bearer {api.tokens[tenant]}"})
+        assert response.status_code == 403, (tenant, response.text)
+        assert response.json()["error"] == "forbidden"
+        assert "operator token" in response.json()["message"]
 
 
 async def test_sse_subscribers_come_from_the_app_state(api):
@@ -215,6 +224,7 @@ async def test_two_apps_in_one_process_scrape_without_clashing(api, pool, settin
     headers = {"Authorization": f"Bearer {tokens['acme']}"}
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=other), headers=headers,
                                  base_url="http://other.test") as client:
+        client.tokens = tokens
         other.state.sse_subscribers = 5
         first, second = await asyncio.gather(scrape(api), scrape(client))
         again = await scrape(client)

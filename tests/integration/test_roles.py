@@ -97,9 +97,11 @@ async def test_api_scheduler_and_worker_do_their_whole_job_with_their_own_grants
             assert (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).status_code == 202
             manual = (await api.get("/v1/runs", params={"status": "queued"})).json()["items"][0]
             assert (await api.post(f"/v1/runs/{manual['id']}/cancel")).status_code == 202
-            tick = await api.post("/v1/tick", json={"at": "2026-01-01T00:00:00Z"})
+            operator = {"Authorization": f"Bearer {tokens['operator']}"}
+            tick = await api.post("/v1/tick", json={"at": "2026-01-01T00:00:00Z"},
+                                  headers=operator)
             assert tick.status_code == 200 and tick.json()["ok"] is True
-            assert (await api.get("/metrics")).status_code == 200
+            assert (await api.get("/metrics", headers=operator)).status_code == 200
             swept = await run_tick(scheduler_pool, settings, now=tick_at + timedelta(days=400))
             assert swept.ok and swept.retention_deleted >= 1
     finally:

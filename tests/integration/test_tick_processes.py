@@ -89,7 +89,8 @@ async def test_four_scheduler_processes_and_sixteen_tick_calls_fire_each_slot_ex
             at = T0 + timedelta(minutes=k)
             for driver in drivers:
                 driver.send(at)
-            calls = [api.post("/v1/tick", json={"at": at.isoformat().replace("+00:00", "Z")})
+            calls = [api.post("/v1/tick", json={"at": at.isoformat().replace("+00:00", "Z")},
+                              headers={"Authorization": f"Bearer {api.tokens['operator']}"})
                      for _ in range(16)]
             responses = await asyncio.gather(*calls)
             answers = await asyncio.gather(*[asyncio.to_thread(d.read) for d in drivers])

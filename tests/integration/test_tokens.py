@@ -1,0 +1,167 @@
+"""Token lifecycle through the API: list, revoke, expiry, last use, and single-use stream
+tickets that die with their token. Nothing is cached, so the request right after a revocation
+is already refused."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from scheduler.tokens import create_token
+from tests.integration.api_checks import fingerprint
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def new_token(pool, **kwargs) -> str:
+    async with pool.connection() as conn:
+        return await create_token(conn, **kwargs)
+
+
+def token_row(db_url: str, token: str, columns: str = "*") -> dict:
+    with psycopg.connect(db_url, row_factory=psycopg.rows.dict_row) as conn:
+        return conn.execute(f"SELECT {columns} FROM api_tokens"
+                            " WHERE token_hash = sha256(convert_to(%s, 'UTF8'))",
+                            (token,)).fetchone()
+
+
+async def with_ticket_only(api, run_id: str, ticket: str):
+    """GET the run's stored journal the way a browser's EventSource does: no Authorization."""
+    request = api.build_request("GET", f"/v1/runs/{run_id}/events", params={"ticket": ticket},
+                                headers={"Accept": "application/json"})
+    request.headers.pop("Authorization")
+    return await api.send(request)
+
+
+async def queued_run(api) -> str:
+    agent = (await api.post("/v1/agents", json={"name": "tailed"})).json()
+    return (await api.post(f"/v1/agents/{agent['id']}/runs", json={"input": {}})).json()["id"]
+
+
+async def test_an_admin_lists_its_tenants_tokens_and_the_operator_lists_all(api, tokens):
+    mine = await api.get("/v1/tokens")
+    everyone = await api.get("/v1/tokens", headers=bearer(tokens["operator"]))
+
+    assert mine.status_code == everyone.status_code == 200
+    assert {t["tenant"] for t in mine.json()["items"]} == {"acme"}
+    assert [(t["tenant"], t["admin"], t["operator"]) for t in everyone.json()["items"]] == [
+        ("acme", True, False), ("globex", False, False), (None, False, True)]
+    item = mine.json()["items"][0]
+    assert set(item) == {"id", "tenant", "admin", "operator", "created_at", "expires_at",
+                         "last_used_at", "revoked_at"}
+    assert item["created_at"].endswith("Z") and item["expires_at"] is None
+    for token in tokens.values():  # the secret is never shown
+        assert token not in mine.text + everyone.text
+
+
+async def test_a_non_admin_token_may_not_list_or_revoke_tokens(api, tokens, db_url):
+    globex = bearer(tokens["globex"])
+    listed = (await api.get("/v1/tokens")).json()["items"]
+    before = await fingerprint(db_url)
+
+    assert (await api.get("/v1/tokens", headers=globex)).status_code == 403
+    refused = await api.delete(f"/v1/tokens/{listed[0]['id']}", headers=globex)
+
+    assert refused.status_code == 403 and "admin token" in refused.json()["message"]
+    assert await fingerprint(db_url) == before
+
+
+async def test_a_revoked_token_is_refused_from_its_next_request_on(api, pool, db_url):
+    doomed = await new_token(pool, tenant="acme")
+    assert (await api.get("/v1/agents", headers=bearer(doomed))).status_code == 200
+    doomed_id = str(token_row(db_url, doomed, "id")["id"])
+
+    revoked = await api.delete(f"/v1/tokens/{doomed_id}")
+    refused = await api.get("/v1/agents", headers=bearer(doomed))
+
+    assert revoked.status_code == 204
+    assert refused.status_code == 401 and "revoked" in refused.json()["message"]
+    listed = {t["id"]: t for t in (await api.get("/v1/tokens")).json()["items"]}
+    assert listed[doomed_id]["revoked_at"] is not None
+    assert (await api.delete(f"/v1/tokens/{doomed_id}")).status_code == 204  # idempotent
+    assert (await api.get("/v1/agents")).status_code == 200  # the caller's own token is fine
+
+
+async def test_a_tenant_admin_cannot_revoke_another_tenants_or_the_operators_token(api, tokens, db_url):
+    before = await fingerprint(db_url)
+    for other in ("globex", "operator"):
+        other_id = str(token_row(db_url, tokens[other], "id")["id"])
+        response = await api.delete(f"/v1/tokens/{other_id}")
+        assert response.status_code == 404, response.text
+        assert response.json()["error"] == "not_found"
+    assert await fingerprint(db_url) == before
+    assert (await api.get("/v1/agents", headers=bearer(tokens["globex"]))).status_code == 200
+
+
+async def test_the_operator_revokes_any_tenants_token(api, tokens, db_url):
+    globex_id = str(token_row(db_url, tokens["globex"], "id")["id"])
+
+    response = await api.delete(f"/v1/tokens/{globex_id}", headers=bearer(tokens["operator"]))
+
+    assert response.status_code == 204
+    assert (await api.get("/v1/agents", headers=bearer(tokens["globex"]))).status_code == 401
+
+
+async def test_an_expired_token_is_refused_and_says_so(api, pool, db_url):
+    token = await new_token(pool, tenant="acme", expires_seconds=3600)
+    assert (await api.get("/v1/agents", headers=bearer(token))).status_code == 200
+    expires_at = token_row(db_url, token, "expires_at")["expires_at"]
+    assert expires_at is not None
+    with psycopg.connect(db_url) as conn:  # its hour has passed
+        conn.execute("UPDATE api_tokens SET expires_at = now() - interval '1 second'"
+                     " WHERE token_hash = sha256(convert_to(%s, 'UTF8'))", (token,))
+
+    refused = await api.get("/v1/agents", headers=bearer(token))
+
+    assert refused.status_code == 401 and "expired" in refused.json()["message"]
+
+
+async def test_last_use_is_written_at_most_about_once_a_minute(api, pool, db_url):
+    token = await new_token(pool, tenant="acme")
+    assert token_row(db_url, token)["last_used_at"] is None
+
+    assert (await api.get("/v1/agents", headers=bearer(token))).status_code == 200
+    first = token_row(db_url, token, "last_used_at, xmin::text AS version")
+    for _ in range(5):
+        assert (await api.get("/v1/agents", headers=bearer(token))).status_code == 200
+    unchanged = token_row(db_url, token, "last_used_at, xmin::text AS version")
+    with psycopg.connect(db_url) as conn:  # the stamp is now two minutes old
+        conn.execute("UPDATE api_tokens SET last_used_at = last_used_at - interval '2 minutes'"
+                     " WHERE token_hash = sha256(convert_to(%s, 'UTF8'))", (token,))
+    assert (await api.get("/v1/agents", headers=bearer(token))).status_code == 200
+    refreshed = token_row(db_url, token, "last_used_at")
+
+    assert first["last_used_at"] is not None
+    assert unchanged == first  # five more requests, no write
+    assert refreshed["last_used_at"] > first["last_used_at"]  # stale, so written again
+
+
+async def test_a_stream_ticket_is_good_for_one_request_only(api):
+    run_id = await queued_run(api)
+    ticket = (await api.post(f"/v1/runs/{run_id}/stream-ticket")).json()["ticket"]
+
+    first = await with_ticket_only(api, run_id, ticket)
+    second = await with_ticket_only(api, run_id, ticket)
+
+    assert first.status_code == 200, first.text
+    assert second.status_code == 401 and "used" in second.json()["message"]
+
+
+@pytest.mark.parametrize("ending", ["revoked", "expired"])
+async def test_a_stream_ticket_dies_with_the_token_that_minted_it(api, pool, db_url, ending):
+    token = await new_token(pool, tenant="acme", expires_seconds=3600)
+    run_id = await queued_run(api)
+    minted = await api.post(f"/v1/runs/{run_id}/stream-ticket", headers=bearer(token))
+    assert minted.status_code == 201
+    change = {"revoked": "revoked_at = now()",
+              "expired": "expires_at = now() - interval '1 second'"}[ending]
+    with psycopg.connect(db_url) as conn:
+        conn.execute(f"UPDATE api_tokens SET {change}"
+                     " WHERE token_hash = sha256(convert_to(%s, 'UTF8'))", (token,))
+
+    response = await with_ticket_only(api, run_id, minted.json()["ticket"])
+
+    assert response.status_code == 401, response.text
+    assert "revoked with its token" in response.json()["message"]

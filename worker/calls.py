@@ -4,6 +4,10 @@ Order matters: an unknown tool is refused first; then the walls decide (and the 
 the attempt); then a call that needs a person pauses the run; only then does anything run.
 A completed call that needed approval is recorded in the tool-call idempotency store, so a
 resume delivered twice never runs it twice (a pause itself is never recorded).
+
+Calls are named by the harness (``harness_named``), never by the model: a model may repeat an
+id within a reply or across turns, or send one that is long, odd or missing. The harness's
+names key approvals, the tool-call store and the journal, and are what the model sees back.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from worker.tools.registry import ToolSpec
 from worker.walls import Refuse, WallSettings, check_call, record_call
 from worker.state import RunState
 
-APPROVAL_CLASSES = ("send", "write", "delete")
+# Only this class runs without a person; send/write/delete and any missing or unknown class wait.
+UNASKED_CLASS = "read"
+PROVIDER_ID_CHARS = 200  # the model's own id is kept for logs only, and kept short
 
 
 @dataclass
@@ -37,15 +43,25 @@ class CallPolicy:
     store_result: Callable[[str, str, bool], Awaitable[None]]
 
 
+def harness_named(calls: list[ToolCall], step: int) -> list[ToolCall]:
+    """The reply's calls renamed call_{step}_{index}: the step's seq is unique within the run
+    (across turns and resumes), so every name is too, short and URL-safe. The model's own id
+    stays in provider_id, for logs and the journal only."""
+    return [ToolCall(f"call_{step}_{index}", call.name, call.arguments,
+                     provider_id=(str(call.id)[:PROVIDER_ID_CHARS] if call.id else None))
+            for index, call in enumerate(calls)]
+
+
 def needs_approval(spec: ToolSpec, arguments: dict, policy: CallPolicy) -> bool:
-    """Deny by default: external send/write/delete tools wait for a person, unless the tool
-    declares its own rule (a flag or a predicate over the arguments) or the operator put it on
-    the agent's auto_approve list (their explicit choice, which wins)."""
+    """Deny by default: only external tools of class read run unasked; send, write, delete and a
+    missing or unknown class wait for a person, unless the tool declares its own rule (a flag
+    or a predicate over the arguments) or the operator put it on the agent's auto_approve list
+    (their explicit choice, which wins). Local tools never wait."""
     if spec.is_local or spec.key in policy.auto_approve:
         return False
     if spec.approval is not None:
         return spec.approval(arguments) if callable(spec.approval) else bool(spec.approval)
-    return spec.tool_class in APPROVAL_CLASSES
+    return spec.tool_class != UNASKED_CLASS
 
 
 async def process_call(call: ToolCall, state: RunState, toolbox: ToolBox, journal: RunJournal,
@@ -68,7 +84,7 @@ async def process_call(call: ToolCall, state: RunState, toolbox: ToolBox, journa
 
 def refused(journal: RunJournal, call: ToolCall, wall: str, text: str, step: int) -> Message:
     journal.emit("budget_refusal", {"tool": call.name, "wall": wall, "message": text,
-                                    "call_id": call.id}, parent=step)
+                                    "call_id": call.id, **_provider(call)}, parent=step)
     return Message("tool", text, tool_call_id=call.id)
 
 
@@ -76,10 +92,13 @@ async def execute(call: ToolCall, spec: ToolSpec, toolbox: ToolBox, journal: Run
                   policy: CallPolicy, step: int, *, approval_id: str | None = None,
                   auto_approved: bool = False) -> Message:
     started = journal.emit("tool_start", {
-        "tool": spec.key, "call_id": call.id, "arguments": call.arguments,
+        "tool": spec.key, "call_id": call.id, "arguments": call.arguments, **_provider(call),
         **({"approval_id": approval_id} if approval_id else {}),
         **({"auto_approved": True} if auto_approved else {})}, parent=step)
-    stored = await policy.stored_result(call.id) if spec.tool_class in APPROVAL_CLASSES else None
+    # Calls with effects (every class but read) are recorded once done, keyed by the harness's
+    # name for the call, so a resume delivered twice replays the record instead of the effect.
+    recorded = not spec.is_local and spec.tool_class != UNASKED_CLASS
+    stored = await policy.stored_result(call.id) if recorded else None
     duration_ms = 0.0
     if stored is not None:
         text, ok = stored  # it already ran (a resume delivered twice): never run it again
@@ -87,7 +106,7 @@ async def execute(call: ToolCall, spec: ToolSpec, toolbox: ToolBox, journal: Run
         outcome = await toolbox.call(call, spec, step=step)
         text, ok, duration_ms = outcome.text, outcome.ok, outcome.duration_ms
         await failpoints.hit("run.after_tool_effect_before_tool_complete")
-        if spec.tool_class in APPROVAL_CLASSES:
+        if recorded:
             await policy.store_result(call.id, text, ok)
     journal.emit("tool_complete", {"tool": spec.key, "call_id": call.id, "ok": ok,
                                    "result_chars": len(text), "duration_ms": duration_ms,
@@ -103,6 +122,10 @@ def rejected(journal: RunJournal, call: ToolCall, reason: str | None, step: int)
 
 
 def approval_payload(call: ToolCall, spec: ToolSpec, approval_id: str) -> dict:
-    return {"approval_id": approval_id, "tool": spec.key, "call_id": call.id,
+    return {"approval_id": approval_id, "tool": spec.key, "call_id": call.id, **_provider(call),
             "arguments": json.loads(json.dumps(call.arguments, default=str)),
             "tool_class": spec.tool_class}
+
+
+def _provider(call: ToolCall) -> dict[str, str]:
+    return {"provider_id": call.provider_id} if call.provider_id else {}

@@ -91,9 +91,10 @@ async def _run(execution: dict[str, Any], run_token: UUID, next_seq: int, deps: 
 async def _guarded(execution: dict, agent: dict | None, journal: RunJournal, deps: RunDeps,
                    bound, approval_id: str | None) -> dict[str, Any]:
     seconds = execution["timeout_minutes"] * 60 + DEADLINE_MARGIN_SECONDS
+    held: dict[str, RunState] = {}  # the run's state once built, for its usage at the end
     try:
-        result = await asyncio.wait_for(_drive(execution, agent, journal, deps, approval_id),
-                                        seconds)
+        result = await asyncio.wait_for(_drive(execution, agent, journal, deps, approval_id,
+                                               held), seconds)
     except asyncio.TimeoutError:
         return await _timed_out(execution["id"], journal, deps.pool, bound)
     except asyncio.CancelledError:
@@ -108,11 +109,12 @@ async def _guarded(execution: dict, agent: dict | None, journal: RunJournal, dep
     if isinstance(result, Suspension):
         bound.info("run_suspended", tool=result.needs.spec.key)
         return {"status": "completed", "breadcrumb": "suspended"}
-    return await _finish(journal, result, bound, deps.finisher)
+    usage = held["state"].usage() if "state" in held else None
+    return await _finish(journal, result, bound, deps.finisher, usage)
 
 
 async def _drive(execution: dict, agent: dict | None, journal: RunJournal, deps: RunDeps,
-                 approval_id: str | None) -> RunOutcome | Suspension:
+                 approval_id: str | None, held: dict[str, RunState]) -> RunOutcome | Suspension:
     if agent is None:
         await _remove_schedules(deps.pool, execution["agent_id"])
         return RunOutcome("failed", "failed", f"agent {execution['agent_id']} no longer exists; "
@@ -122,6 +124,7 @@ async def _drive(execution: dict, agent: dict | None, journal: RunJournal, deps:
                                units=deps.settings.continuation_units)
     else:
         state = RunState.from_state(execution["state"])  # CorruptState fails the run in-band
+    held["state"] = state
     loop = _loop(execution, agent, state, journal, deps)
     if approval_id is not None:
         await _apply_decision(execution, state, loop, approval_id)
@@ -158,7 +161,8 @@ async def _suspend(execution_id: UUID, state: RunState, journal: RunJournal,
     journal.emit("approval_required", approval_payload(call, spec, approval_id),
                  parent=state.pending.step)
     await journal.suspend(state=state.to_state(), version=STATE_VERSION, approval_id=approval_id,
-                          tool_call_id=call.id, tool=spec.key, arguments=call.arguments)
+                          tool_call_id=call.id, tool=spec.key, arguments=call.arguments,
+                          usage=state.usage())
 
 
 def _loop(execution: dict, agent: dict, state: RunState, journal: RunJournal,
@@ -166,7 +170,8 @@ def _loop(execution: dict, agent: dict, state: RunState, journal: RunJournal,
     s, pool, execution_id = deps.settings, deps.pool, execution["id"]
     toolbox = ToolBox(deps.catalog, agent["tools"], pool=pool, execution_id=execution_id,
                       plan=state.plan, offload_threshold=s.offload_threshold_chars,
-                      preview_chars=s.offload_preview_chars, redact=redact)
+                      preview_chars=s.offload_preview_chars, redact=redact,
+                      tool_timeout=s.tool_timeout_seconds)
     walls = WallSettings(per_tool=s.per_tool_cap, aggregate=s.aggregate_cap,
                          delivery=s.delivery_reserve, query_loop=s.query_loop_cap,
                          hard_cap=s.hard_cap)
@@ -179,16 +184,17 @@ def _loop(execution: dict, agent: dict, state: RunState, journal: RunJournal,
                 gate=GateSettings(continuation_units=s.continuation_units,
                                   judge_window=s.judge_window),
                 max_turns=s.max_model_turns,
-                cancel_requested=lambda: _flag(journal))
+                cancel_requested=lambda: _flag(journal),
+                token_budget=s.token_budget, keep_turns=s.context_keep_turns)
 
 
 async def _finish(journal: RunJournal, outcome: RunOutcome, bound,
-                  finisher: Finisher | None) -> dict[str, Any]:
+                  finisher: Finisher | None, usage: dict[str, int] | None = None) -> dict[str, Any]:
     journal.emit("run_complete", {"status": outcome.status, "outcome": outcome.outcome,
                                   "reason": outcome.reason, "answer": outcome.answer},
                  parent=ROOT_SEQ)
     await journal.finish(status=outcome.status, outcome=outcome.outcome, reason=outcome.reason,
-                         finisher=finisher)
+                         finisher=finisher, usage=usage)
     bound.info("run_finished", status=outcome.status, outcome=outcome.outcome)
     return {"status": outcome.status, "outcome": outcome.outcome}
 

@@ -30,6 +30,16 @@ class ToolCall:
     arguments: dict[str, Any]
     provider_id: str | None = None  # what the model called it: for logs only, never a key
 
+    def to_state(self) -> dict[str, Any]:
+        saved: dict[str, Any] = {"id": self.id, "name": self.name, "arguments": self.arguments}
+        if self.provider_id is not None:
+            saved["provider_id"] = self.provider_id
+        return saved
+
+    @classmethod
+    def from_state(cls, saved: dict[str, Any]) -> "ToolCall":
+        return cls(saved["id"], saved["name"], dict(saved["arguments"]), saved.get("provider_id"))
+
     def to_openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function",
                 "function": {"name": wire_name(self.name),
@@ -58,12 +68,11 @@ class Message:
     def to_state(self) -> dict[str, Any]:
         return {"role": self.role, "content": self.content, "injected": self.injected,
                 "tool_call_id": self.tool_call_id,
-                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                               for c in self.tool_calls]}
+                "tool_calls": [call.to_state() for call in self.tool_calls]}
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "Message":
-        calls = [ToolCall(c["id"], c["name"], c["arguments"]) for c in state.get("tool_calls", [])]
+        calls = [ToolCall.from_state(c) for c in state.get("tool_calls", [])]
         return cls(state["role"], state.get("content", ""), calls, state.get("tool_call_id"),
                    state.get("injected", False))
 

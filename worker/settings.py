@@ -22,6 +22,14 @@ class WorkerSettings(BaseSettings):
     # The stop gate.
     continuation_units: int = 20
     judge_window: int = 8
+    # Tokens one run may spend on model calls (judge included); past it the run ends like the
+    # hard cap. 0 means no budget.
+    token_budget: int = 0
+    # What is sent to the model keeps the tool results of this many latest turns whole; older
+    # ones are masked as a stub (the journal and the saved state keep everything).
+    context_keep_turns: int = 3
+    # A vendor tool call still running after this long is stopped and told to the model.
+    tool_timeout_seconds: float = 60.0
     offload_threshold_chars: int = 4000
     offload_preview_chars: int = 800
     journal_batch_events: int = 32

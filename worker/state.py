@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.model import Message, RunView, ToolCall
+from worker.model import Message, RunView, ToolCall, Usage
 from worker.walls import Meter
 
 STATE_VERSION = 1
@@ -33,6 +33,13 @@ class RunState:
     meter: Meter = field(default_factory=Meter)
     units_left: int = 20
     pending: Pending | None = None
+    # What the model calls cost so far (judge included), as the providers reported it.
+    input_tokens: int = 0
+    output_tokens: int = 0
+    model_calls: int = 0
+    # Set once the provider said the context was too long: from then on only the newest
+    # turn's tool results are sent whole.
+    context_tight: bool = False
 
     @classmethod
     def start(cls, instructions: str, run_input: dict[str, Any], *, units: int) -> "RunState":
@@ -42,16 +49,32 @@ class RunState:
     def view(self, run_input: dict[str, Any]) -> RunView:
         return RunView(run_input, self.model_turns, self.judge_calls)
 
+    def add_usage(self, usage: Usage | None) -> None:
+        """Count one model call and what it cost (nothing when the provider reported nothing)."""
+        self.model_calls += 1
+        if usage is not None:
+            self.input_tokens += max(0, int(usage.input_tokens))
+            self.output_tokens += max(0, int(usage.output_tokens))
+
+    @property
+    def tokens_used(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def usage(self) -> dict[str, int]:
+        """The run's usage as DESIGN names it (the execution row's usage column)."""
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                "model_calls": self.model_calls}
+
     def to_state(self) -> dict[str, Any]:
         pending = None
         if self.pending is not None:
             pending = {"step": self.pending.step,
-                       "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                                 for c in self.pending.calls]}
+                       "calls": [call.to_state() for call in self.pending.calls]}
         return {"version": STATE_VERSION, "messages": [m.to_state() for m in self.messages],
                 "model_turns": self.model_turns, "judge_calls": self.judge_calls,
                 "plan": self.plan, "meter": self.meter.to_state(), "units_left": self.units_left,
-                "pending": pending}
+                "pending": pending, "usage": self.usage(),
+                "context_tight": self.context_tight}
 
     @classmethod
     def from_state(cls, saved: Any) -> "RunState":
@@ -61,13 +84,18 @@ class RunState:
                                f"version {STATE_VERSION} only")
         try:
             pending = saved["pending"]
+            usage = saved.get("usage") or {}  # absent in states saved before usage was kept
             return cls(messages=[Message.from_state(m) for m in saved["messages"]],
                        model_turns=int(saved["model_turns"]), judge_calls=int(saved["judge_calls"]),
                        plan=dict(saved["plan"]), meter=Meter.from_state(saved["meter"]),
                        units_left=int(saved["units_left"]),
                        pending=None if pending is None else Pending(
                            int(pending["step"]),
-                           [ToolCall(c["id"], c["name"], dict(c["arguments"])) for c in pending["calls"]]))
+                           [ToolCall.from_state(c) for c in pending["calls"]]),
+                       input_tokens=int(usage.get("input_tokens", 0)),
+                       output_tokens=int(usage.get("output_tokens", 0)),
+                       model_calls=int(usage.get("model_calls", 0)),
+                       context_tight=bool(saved.get("context_tight", False)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptState(f"saved run state is unreadable ({type(exc).__name__}: {exc})")
 

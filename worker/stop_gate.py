@@ -31,9 +31,18 @@ WRAP_UP = ("This is your last chance to continue: wrap up with what you have and
 TOOL_RESULT_CHARS = 500  # the judge needs to see that a result came back, not all of it
 CONTENT_CHARS = 4000  # keeps one huge message from crowding out the rest of the window
 
-_FIRST_WORD = re.compile(r"^[\W_]*([A-Za-z]+)(.*)$", re.DOTALL)  # markdown may wrap it
-# What separates the verdict from its reason: "stalled: …", "**Stalled** - …", "done."
-_SEPARATOR = re.compile("^[\\s*_:;,.!\\-\u2013\u2014]+")  # dashes: hyphen, en, em
+_VERDICT = "(done|question|stalled)"
+_MARKUP = r"[\s*_`#>\"'.!]*"  # markdown or quotes around a label, punctuation after it
+# A label alone on its line: "done", "Done.", "**stalled**".
+_ALONE = re.compile(rf"^{_MARKUP}{_VERDICT}{_MARKUP}$", re.IGNORECASE)
+# A label, then an explicit separator and a reason: "stalled: …", "**Stalled** - …", "done — …".
+_LABELLED = re.compile(rf"^{_MARKUP}{_VERDICT}[*_`]*\s*(?::|\s-|-\s|\u2013|\u2014)\s*(.*)$",
+                       re.IGNORECASE)
+# A first line naming the verdict: "verdict: done", "**Verdict:** stalled - reason".
+_NAMED = re.compile(rf"^{_MARKUP}verdict[*_`]*\s*[:=]{_MARKUP}{_VERDICT}\b(.*)$", re.IGNORECASE)
+_TAIL = re.compile("^[*_`]*\\s*(?::|-|\u2013|\u2014)")  # a separator, then the reason
+_SEPARATOR = re.compile("^[\\s*_`:;,.!\\-\u2013\u2014]+")
+_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 JUDGE_SYSTEM = """You judge why an AI agent stopped. Its last turn made no tool call, which \
 ends its run unless you say otherwise. Read the transcript and classify that last turn:
@@ -47,8 +56,9 @@ it never took (no tool call in the transcript shows it), returned partial data, 
 a step.
 
 Judge the evidence in the transcript, not the agent's claims about itself.
-Answer with ONE word first (done, question or stalled), then ': ' and a short reason. For \
-stalled, the reason names what is missing, e.g. "stalled: record 3 was never fetched"."""
+Answer with ONE word first (done, question or stalled), then ': ' and a short reason, on one \
+line. For stalled, the reason names what is missing, e.g. "stalled: record 3 was never \
+fetched". Any other form of answer counts as stalled."""
 
 
 @dataclass(frozen=True)
@@ -75,17 +85,50 @@ def open_steps(plan: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 
 def parse_verdict(text: str) -> tuple[str, str]:
-    """(verdict, reason) from the judge's reply. The first word, case-insensitive and with
-    punctuation stripped, decides; the text after it is the reason ("" when there is none).
-    Anything unreadable is ("stalled", "the judge's verdict could not be read: …"), because
-    a run must never end as done on a verdict nobody could read."""
-    match = _FIRST_WORD.match(text or "")
-    word = match.group(1).lower() if match else ""
-    if word not in VERDICTS:
-        shown = repr((text or "").strip()[:200]) if (text or "").strip() else "(empty)"
+    """(verdict, reason) from the judge's reply, read strictly: the reply must carry a clear
+    label, case-insensitive and markdown allowed, as one of
+      - JSON ``{"verdict": "done", "reason": "…"}``;
+      - a first line that is the label alone (``Done.``), the reason on the following lines;
+      - a first line ``label: reason`` (or `` - ``, an en or em dash between them);
+      - a first line ``verdict: label`` (the reason after it or on the following lines).
+    Anything else, rambling text that merely begins with "done" included, is unreadable and
+    reads as ("stalled", "the judge's verdict could not be read: …"): a run must never end as
+    done on a verdict nobody could read."""
+    body = _FENCE.sub("", (text or "").strip()).strip()
+    found = _from_json(body) or _from_lines(body)
+    if found is None:
+        shown = repr(body[:200]) if body else "(empty)"
         return "stalled", f"{UNREADABLE}: {shown}"
+    return found
+
+
+def _from_json(body: str) -> tuple[str, str] | None:
+    if not body.startswith("{"):
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    verdict = value.get("verdict") if isinstance(value, dict) else None
+    if not isinstance(verdict, str) or verdict.strip().lower() not in VERDICTS:
+        return None
+    reason = value.get("reason")
+    return verdict.strip().lower(), reason.strip() if isinstance(reason, str) else ""
+
+
+def _from_lines(body: str) -> tuple[str, str] | None:
+    first, _, rest = body.partition("\n")
+    first, rest = first.strip(), rest.strip()
+    alone = _ALONE.match(first)
+    if alone:
+        return alone.group(1).lower(), rest
+    match = _LABELLED.match(first)
+    if match is None:
+        match = _NAMED.match(first)
+        if match is None or (match.group(2).strip(" *_`.!") and not _TAIL.match(match.group(2))):
+            return None  # "verdict: done with most of it" is prose, not a label
     reason = _SEPARATOR.sub("", match.group(2)).strip()
-    return word, reason
+    return match.group(1).lower(), "\n".join(filter(None, (reason, rest)))
 
 
 def judge_messages(window: list[Message]) -> list[Message]:
@@ -148,6 +191,19 @@ def decide_without_judge(plan: dict[str, Any] | None, units_left: int) -> GateDe
     return GateDecision("plan_open", False, None,
                         f"The plan has {len(remaining)} open step(s); next is '{title}' "
                         f"({status}).", inject, True)
+
+
+EMPTY_REPLY = "The reply had neither text nor a tool call, so there is no answer to judge."
+
+
+def decide_empty(units_left: int) -> GateDecision:
+    """A reply with neither text nor tool calls is never done: it is stalled without asking
+    the judge (there is nothing to judge), spending a unit like any stall."""
+    if units_left <= 0:
+        return _stalled_out(f"{EMPTY_REPLY[:-1]}; no continuation units are left.")
+    inject = WRAP_UP if units_left == 1 else (
+        "Your last reply was empty. Continue the task with your tools, or give your answer.")
+    return GateDecision("stalled", False, None, EMPTY_REPLY, inject, True)
 
 
 def decide_with_verdict(verdict: str, reason: str, units_left: int) -> GateDecision:

@@ -1,12 +1,17 @@
 """Running one tool call of a tool the agent has: check its arguments, run it, offload big
 results. (Calls of tools the agent does not have are refused before they get here.)
 
-Arguments that do not fit give a result that says plainly the call did NOT execute and what to
-do instead; a tool that raises returns its error type and message.
+Every agent has the local tools (update_plan, read_file, query_file, task_complete) whether or
+not it lists them: an offloaded result tells the model to use read_file/query_file, and the
+plan is how the stop gate is steered. Arguments that do not fit give a result that says
+plainly the call did NOT execute and what to do instead; a tool that raises returns its error
+type and message; a vendor tool that does not finish within the per-call timeout is stopped
+and the model is told it may or may not have had an effect.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -47,8 +52,11 @@ class ToolBox:
     def __init__(self, catalog: dict[str, ToolSpec], agent_tools: list[str], *,
                  pool: AsyncConnectionPool, execution_id: UUID, plan: dict[str, Any],
                  offload_threshold: int, preview_chars: int,
-                 redact: Callable[[Any], Any]) -> None:
-        self._specs = {canonical_name(k): catalog[k] for k in agent_tools if k in catalog}
+                 redact: Callable[[Any], Any], tool_timeout: float = 60.0) -> None:
+        listed = {canonical_name(k): catalog[k] for k in agent_tools if k in catalog}
+        local = {canonical_name(k): s for k, s in catalog.items() if s.is_local}
+        self._specs = {**listed, **{k: s for k, s in local.items() if k not in listed}}
+        self._timeout = tool_timeout
         self._pool, self._execution_id, self._plan = pool, execution_id, plan
         self._threshold, self._preview, self._redact = offload_threshold, preview_chars, redact
 
@@ -97,7 +105,13 @@ class ToolBox:
         if spec.is_local:
             return await self._local(spec.key, arguments, conn)
         context = ToolContext(conn, self._execution_id, f"{self._execution_id}:{step}")
-        return await spec.function(context, **arguments)
+        try:
+            return await asyncio.wait_for(spec.function(context, **arguments), self._timeout)
+        except asyncio.TimeoutError:
+            raise local.ToolInputError(
+                f"The call to {spec.key} was stopped after {self._timeout:g} s without "
+                "finishing. It may or may not have had an effect: check before repeating it, "
+                "or continue without it.") from None
 
     async def _local(self, key: str, arguments: dict[str, Any], conn: Any) -> Any:
         """Local tools run here, in the worker; they are never metered."""

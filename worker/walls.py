@@ -195,6 +195,17 @@ def hard_stop_message(meter: Meter, settings: WallSettings, gathered: str) -> st
             "or raise the agent's tool-call budget.")
 
 
+def token_stop_message(used: int, budget: int, gathered: str) -> str:
+    """The terminal assistant message when the run's token budget is spent, written for the
+    user like the hard cap's: what it cost, the limit, what was gathered, what to do next."""
+    summary = gathered.strip().rstrip(".") if gathered else ""
+    found = (f"What I gathered so far: {summary}." if summary
+             else "I had not gathered anything I could summarise yet.")
+    return (f"I stopped after using {used} tokens — this run hit its token budget of {budget} "
+            f"tokens, which caps what one run may cost. {found} If the task genuinely needs "
+            "more, break it into smaller runs or raise the token budget.")
+
+
 def turn_warning(model_turns: int, every: int = 50) -> str | None:
     """A warning at every ``every`` model turns (50, 100, 150 …), else None. It gates nothing:
     it lets a still-reasoning agent wrap up on its own terms. ``every`` <= 0 disables it."""

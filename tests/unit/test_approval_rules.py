@@ -34,3 +34,23 @@ def test_a_tool_may_declare_a_predicate_over_its_arguments():
     assert needs_approval(refund, {"amount": 500}, policy()) is True
     assert needs_approval(refund, {"amount": 5}, policy()) is False
     assert needs_approval(spec("cal.peek", "read", approval=True), {}, policy()) is True
+
+
+def test_a_tool_with_no_class_waits_for_a_person():
+    assert needs_approval(spec("crm.mystery", None), {}, policy()) is True
+    assert needs_approval(spec("crm.blank", ""), {}, policy()) is True
+
+
+def test_a_tool_with_an_unknown_class_waits_for_a_person():
+    assert needs_approval(spec("crm.launch", "execute"), {}, policy()) is True
+    assert needs_approval(spec("crm.launch", "READ"), {}, policy()) is True  # not exactly read
+
+
+def test_a_tool_of_unknown_class_runs_unasked_only_when_auto_approved_or_its_rule_allows():
+    assert needs_approval(spec("crm.launch", "execute"), {}, policy("crm.launch")) is False
+    assert needs_approval(spec("crm.launch", None, approval=False), {}, policy()) is False
+
+
+def test_local_tools_of_any_class_never_wait_even_unlisted_in_auto_approve():
+    for key in ("update_plan", "task_complete", "read_file", "query_file"):
+        assert needs_approval(spec(key, "write", local=True), {}, policy()) is False

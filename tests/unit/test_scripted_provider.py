@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from worker.model import Message, Reply, RunView, ToolCall
+from worker.model import Message, Reply, RunView, ToolCall, Usage
 from worker.providers import ScriptError, ScriptedProvider
 
 
@@ -197,6 +197,9 @@ async def test_the_judge_never_sleeps_or_calls_tools(provider, sleep):
     ([{"text": "a"}, {"sleep": -1}], 1),
     ([{"sleep": "5"}], 0),
     ([{"sleep": float("nan")}], 0),
+    ([{"tool_calls": [{"name": "demo.get_record", "id": 7}]}], 0),
+    ([{"text": "a", "usage": {"input_tokens": 1}}], 0),
+    ([{"text": "a", "usage": {"input_tokens": -1, "output_tokens": 2}}], 0),
 ])
 async def test_a_malformed_script_raises_a_script_error_naming_the_bad_turn(provider, sleep,
                                                                          script, index):
@@ -225,3 +228,19 @@ async def test_a_script_error_is_a_value_error_with_a_sentence(provider):
     with pytest.raises(ValueError) as refused:
         await turn(provider, [{"sleep": -2}], 0)
     assert str(refused.value).endswith(".")
+
+
+async def test_a_script_may_give_the_models_own_call_ids_duplicated_odd_or_missing(provider):
+    script = [{"tool_calls": [{"name": "demo.send_message", "id": "call_0"},
+                              {"name": "demo.send_message", "id": "call_0"},
+                              {"name": "demo.get_record", "id": "a/b"},
+                              {"name": "demo.get_record", "id": None},
+                              {"name": "demo.get_record"}]}]
+    reply = await turn(provider, script, 4)
+    assert [c.id for c in reply.tool_calls] == ["call_0", "call_0", "a/b", "", "call_4_4"]
+
+
+async def test_a_turn_may_say_what_it_cost_and_otherwise_reports_no_usage(provider):
+    script = [{"text": "a", "usage": {"input_tokens": 120, "output_tokens": 7}}, {"text": "b"}]
+    assert (await turn(provider, script, 0)).usage == Usage(120, 7)
+    assert (await turn(provider, script, 1)).usage is None

@@ -5,9 +5,9 @@ import pytest
 
 from worker import stop_gate
 from worker.model import Message, ToolCall
-from worker.stop_gate import (VERDICTS, WRAP_UP, GateDecision, GateSettings,
-                              decide_with_verdict, decide_without_judge, judge_messages,
-                              open_steps, parse_verdict, route)
+from worker.stop_gate import (EMPTY_REPLY, VERDICTS, WRAP_UP, GateDecision, GateSettings,
+                              decide_empty, decide_with_verdict, decide_without_judge,
+                              judge_messages, open_steps, parse_verdict, route)
 from worker.tools.registry import ToolSpec
 from worker.walls import Meter, WallSettings, check_call, record_call
 
@@ -76,6 +76,43 @@ def test_a_verdict_outside_the_three_never_ends_the_run_as_done():
 ])
 def test_the_first_word_of_the_judges_reply_decides_and_the_rest_is_the_reason(text, expected):
     assert parse_verdict(text) == expected
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("**Done!**", ("done", "")),
+    ("verdict: question", ("question", "")),
+    ("**Verdict:** stalled - record 2 is missing", ("stalled", "record 2 is missing")),
+    ("Verdict = done\nthe answer lists all three", ("done", "the answer lists all three")),
+    ('{"verdict": "Stalled", "reason": "no send"}', ("stalled", "no send")),
+    ('```json\n{"verdict": "done"}\n```', ("done", "")),
+    ("done \u2014 answered with the figures", ("done", "answered with the figures")),
+])
+def test_a_verdict_is_read_from_a_clear_label_json_or_a_verdict_line(text, expected):
+    assert parse_verdict(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "Done with reviewing the transcript, I think the agent mostly answered.",
+    "done. The agent answered but maybe not everything",
+    "Done-ish",
+    "The agent is done.",
+    "verdict: done with most of it",
+    '{"verdict": "finished"}',
+    '{"verdict": "done"',
+    "questionable: the agent asked nothing",
+])
+def test_rambling_or_malformed_text_is_unreadable_and_counts_as_stalled(text):
+    verdict, reason = parse_verdict(text)
+    assert verdict == "stalled" and reason.startswith("the judge's verdict could not be read")
+
+
+def test_an_empty_reply_is_stalled_without_a_judge_and_spends_a_unit():
+    decision = decide_empty(UNITS)
+    assert (decision.verdict, decision.stop, decision.spends_unit) == ("stalled", False, True)
+    assert decision.reason == EMPTY_REPLY and "empty" in decision.inject
+    assert decide_empty(1).inject == WRAP_UP
+    last = decide_empty(0)
+    assert (last.verdict, last.stop, last.outcome) == ("stalled_out", True, "stalled_out")
 
 
 def test_units_exhausted_ends_a_stalled_run_as_stalled_out():

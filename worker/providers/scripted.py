@@ -15,14 +15,18 @@ import math
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from worker.model import (Message, Reply, RunView, TextSink, ToolCall, ToolSchema,
+from worker.model import (Message, Reply, RunView, TextSink, ToolCall, ToolSchema, Usage,
                           canonical_name)
 
 JUDGE_ALIAS = "judge"
 MAX_REPEAT = 100_000
 LAST_FILE_REF = "$last_file_ref"
-_PLAIN_KEYS = {"text", "tool_calls"}
-_CALL_KEYS = {"name", "arguments"}
+_PLAIN_KEYS = {"text", "tool_calls", "usage"}
+_CALL_KEYS = {"name", "arguments", "id"}
+_USAGE_KEYS = {"input_tokens", "output_tokens"}
+# A call without an "id" gets call_{turn}_{index}; a script may give its own (duplicated,
+# reused, odd, or null for missing) to play a model whose ids cannot be trusted.
+_OWN_ID = object()
 _REPEAT_KEYS = {"tool", "times", "vary", "arguments"}
 
 
@@ -33,7 +37,8 @@ class ScriptError(ValueError):
 @dataclass(frozen=True)
 class Turn:
     text: str
-    calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+    calls: tuple[tuple[str, dict[str, Any], Any], ...] = ()  # (name, arguments, id or _OWN_ID)
+    usage: Usage | None = None  # what the script says this turn cost
 
 
 DONE = Turn("Done.")
@@ -115,19 +120,32 @@ def _plain(index: int, entry: dict[str, Any]) -> Turn:
     text = entry.get("text", "")
     if not isinstance(text, str):
         raise ScriptError(f"Script turn {index} has a text that is not a string.")
+    usage = _usage(index, entry["usage"]) if "usage" in entry else None
     if "tool_calls" not in entry:
-        return Turn(text)
+        return Turn(text, usage=usage)
     calls = entry["tool_calls"]
     if not isinstance(calls, list) or not calls:
         raise ScriptError(f"Script turn {index} has tool_calls that are not a non-empty list.")
-    return Turn(text, tuple(_call(index, call) for call in calls))
+    return Turn(text, tuple(_call(index, call) for call in calls), usage)
 
 
-def _call(index: int, call: Any) -> tuple[str, dict[str, Any]]:
+def _call(index: int, call: Any) -> tuple[str, dict[str, Any], Any]:
     if not isinstance(call, dict) or not set(call) <= _CALL_KEYS:
         raise ScriptError(f"Script turn {index} has a tool call that is not "
-                          '{"name": ..., "arguments": {...}}.')
-    return _tool_name(index, call.get("name")), _arguments(index, call.get("arguments", {}))
+                          '{"name": ..., "arguments": {...}} (and optionally "id").')
+    own_id = call.get("id", _OWN_ID)
+    if own_id is not _OWN_ID and own_id is not None and not isinstance(own_id, str):
+        raise ScriptError(f"Script turn {index} has a tool call id that is not a string.")
+    return (_tool_name(index, call.get("name")), _arguments(index, call.get("arguments", {})),
+            own_id)
+
+
+def _usage(index: int, usage: Any) -> Usage:
+    if (not isinstance(usage, dict) or set(usage) != _USAGE_KEYS or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in usage.values())):
+        raise ScriptError(f"Script turn {index} has a usage that is not "
+                          '{"input_tokens": n, "output_tokens": n} with whole numbers.')
+    return Usage(usage["input_tokens"], usage["output_tokens"])
 
 
 def _repeat(index: int, spec: Any) -> tuple[int, Callable[[int], Turn]]:
@@ -145,7 +163,7 @@ def _repeat(index: int, spec: Any) -> tuple[int, Callable[[int], Turn]]:
     arguments = _arguments(index, spec.get("arguments", {}))
 
     def make(i: int) -> Turn:
-        return Turn("", ((name, {**arguments, vary: i} if vary else arguments),))
+        return Turn("", ((name, {**arguments, vary: i} if vary else arguments, _OWN_ID),))
     return times, make
 
 
@@ -213,7 +231,9 @@ class ScriptedProvider:
         if delay > 0:
             await self._sleep(delay)
         file_ref = last_file_ref(messages)
-        # Ids carry the run's turn number, so they stay unique when the last turn repeats.
-        calls = [ToolCall(f"call_{run.model_turns}_{j}", name, substitute(arguments, file_ref))
-                 for j, (name, arguments) in enumerate(turn.calls)]
-        return Reply(text=turn.text, tool_calls=calls)
+        # Ids carry the run's turn number, so they stay unique when the last turn repeats
+        # (unless the script names them itself).
+        calls = [ToolCall(f"call_{run.model_turns}_{j}" if own is _OWN_ID else (own or ""),
+                          name, substitute(arguments, file_ref))
+                 for j, (name, arguments, own) in enumerate(turn.calls)]
+        return Reply(text=turn.text, tool_calls=calls, usage=turn.usage)

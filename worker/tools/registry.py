@@ -25,7 +25,9 @@ ApprovalRule = bool | Callable[[dict[str, Any]], bool] | None
 @dataclass(frozen=True)
 class ToolSpec:
     key: str
-    tool_class: ToolClass
+    # What the tool does; a spec built by hand may carry none or an unknown one, and then
+    # every call waits for a person (deny by default: only "read" runs unasked).
+    tool_class: ToolClass | str | None
     is_local: bool
     description: str
     parameters: dict[str, Any]

@@ -1,0 +1,64 @@
+"""Answer text as it is written: a streaming provider's pieces journaled in batches.
+
+A provider that streams hands each piece of text to the sink while the model is still
+writing. Journaling every piece would be one event per token; holding them all would make a
+tail show nothing until the reply ends. So pieces gather and go out as one ``content_delta`` at
+most every ``interval`` seconds, plus the remainder when the reply ends. A timer sends what
+has gathered once the interval is up even when no new piece arrives to trigger it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+INTERVAL_SECONDS = 0.25
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+class TextStream:
+    """The on_text sink for one model call. ``close()`` sends the remainder."""
+
+    def __init__(self, emit: Emit, *, monotonic: Callable[[], float],
+                 interval: float = INTERVAL_SECONDS, timers: bool = True) -> None:
+        self._emit, self._now, self._interval = emit, monotonic, interval
+        self._pieces: list[str] = []
+        self._last = monotonic()  # the first batch waits one interval like every other
+        self._timer: asyncio.TimerHandle | None = None
+        self._timers = timers
+        self.emitted = 0  # content_delta events sent
+
+    def __call__(self, piece: str) -> None:
+        if not piece:
+            return
+        self._pieces.append(piece)
+        waited = self._now() - self._last
+        if waited >= self._interval:
+            self._send()
+        elif self._timers and self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._interval - waited,
+                                                                self._send)
+
+    def close(self) -> None:
+        """The reply ended: send what is left and stop the timer."""
+        self._send()
+
+    def discard(self) -> None:
+        """The reply will be journaled whole after all (the provider did not stream)."""
+        self._pieces = []
+        self._cancel_timer()
+
+    def _send(self) -> None:
+        self._cancel_timer()
+        if not self._pieces:
+            return
+        text, self._pieces = "".join(self._pieces), []
+        self._last = self._now()
+        self.emitted += 1
+        self._emit({"text": text, "streamed": True})
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

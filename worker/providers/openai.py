@@ -139,9 +139,11 @@ class OpenAIProvider:
             try:
                 chunk = json.loads(data)
             except ValueError:
-                raise ProviderError(f"Model '{model}' streamed an event that is not JSON.") from None
+                chunk = None
             if event == "error" or (isinstance(chunk, dict) and "error" in chunk):
                 self._stream_failure(model, data, chunk)
+            if chunk is None:
+                raise ProviderError(f"Model '{model}' streamed an event that is not JSON.")
             try:
                 assembler.feed(chunk)
             except MalformedAnswer as error:
@@ -153,7 +155,7 @@ class OpenAIProvider:
 
     def _stream_failure(self, model: str, data: str, chunk: Any) -> None:
         """An error reported inside a stream that had already answered 200."""
-        error = chunk.get("error", chunk) if isinstance(chunk, dict) else chunk
+        error = chunk.get("error", chunk) if isinstance(chunk, dict) else (chunk or data)
         message = error.get("message") if isinstance(error, dict) else error
         line = _one_line(str(message or data))
         if _CONTEXT_TOO_LONG.search(data[:4000]):

@@ -55,6 +55,7 @@ class Answer:
     hang: float = 0.0  # seconds of silence before anything is sent
     hang_after_chunks: int | None = None  # streamed: fall silent (and end) after this many
     piece_chars: int = 3  # characters per streamed text piece
+    trickle: float = 0.0  # streamed: a keep-alive comment this often, forever, and no answer
     raw: Any = None  # a body sent verbatim with `status` (text if a string, else JSON)
     sse: list[str] | None = None  # a stream sent verbatim, one string per line
 
@@ -189,6 +190,8 @@ class HostileModel:
         record.status = answer.status
         if answer.hang:
             await asyncio.sleep(answer.hang)
+        if answer.trickle:
+            return StreamingResponse(self._trickle(answer.trickle), media_type="text/event-stream")
         if answer.sse is not None:
             return StreamingResponse(self._verbatim(record, answer.sse),
                                      media_type="text/event-stream")
@@ -224,6 +227,11 @@ class HostileModel:
         yield "data: [DONE]\n\n"
         record.complete = not answer.hang
 
+
+    async def _trickle(self, every: float) -> AsyncIterator[str]:
+        while True:  # until the client gives up
+            yield ": keep-alive\n\n"
+            await asyncio.sleep(every)
 
     async def _verbatim(self, record: Recorded, lines: list[str]) -> AsyncIterator[str]:
         for line in lines:

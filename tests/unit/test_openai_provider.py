@@ -297,6 +297,13 @@ async def test_silence_on_every_attempt_ends_in_one_sentence(model):
         await ask(model, timeout=0.3, max_attempts=2)
 
 
+async def test_a_stream_that_only_trickles_keep_alives_is_bounded_by_the_deadline(model):
+    model.queue(Answer(trickle=0.05))  # never silent for the 0.2 s timeout, never answering
+    with pytest.raises(ProviderError, match=r"failed after 1 attempt\(s\): .*did not finish "
+                                            r"its answer within 2 s"):
+        await ask(model, timeout=0.2, max_attempts=1)
+
+
 async def test_an_unreachable_endpoint_is_retried_then_fails_with_a_sentence():
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))

@@ -112,9 +112,12 @@ class OpenAIProvider:
                         return await self._read_stream(body["model"], response, on_text)
                     return self._read_body(body["model"], response.status_code,
                                            await response.aread())
-        except (httpx.TimeoutException, TimeoutError):
+        except httpx.TimeoutException:
             raise _Transient(f"the endpoint {self._url} went silent past the "
                              f"{self._timeout:g} s timeout")
+        except TimeoutError:  # asyncio.timeout: the whole answer took too long
+            raise _Transient(f"the endpoint {self._url} did not finish its answer within "
+                             f"{self._timeout * DEADLINE_TIMEOUTS:g} s")
         except httpx.TransportError as error:
             raise _Transient(f"could not reach {self._url} or lost it mid-answer "
                              f"({type(error).__name__})")

@@ -43,6 +43,9 @@ BEGIN
 
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_api') THEN
         GRANT SELECT ON tenants, api_tokens, tool_catalog, run_events, skipped_fires TO tickwork_api;
+        -- A token's last use (about once a minute) and its revocation (DELETE /v1/tokens/{id});
+        -- creating tenants and tokens stays with the owner (`tickwork token create`).
+        GRANT UPDATE (last_used_at, revoked_at) ON api_tokens TO tickwork_api;
         GRANT SELECT, INSERT, UPDATE, DELETE ON agents, schedules TO tickwork_api;
         GRANT SELECT, INSERT, UPDATE ON executions, approvals TO tickwork_api;
         GRANT SELECT, INSERT, DELETE ON queue_tasks TO tickwork_api;

@@ -37,6 +37,7 @@ BEGIN
         GRANT DELETE ON schedules TO tickwork_worker;  -- a run whose agent is gone removes them
         GRANT SELECT, INSERT ON run_events, tool_results, tool_call_results TO tickwork_worker;
         GRANT SELECT, INSERT, UPDATE ON run_states, tool_catalog TO tickwork_worker;
+        GRANT DELETE ON run_states TO tickwork_worker;  -- a resume consumes the saved state
         GRANT INSERT ON approvals TO tickwork_worker;
         GRANT SELECT, INSERT ON demo_outbox TO tickwork_worker;
     END IF;
@@ -49,6 +50,7 @@ BEGIN
         GRANT SELECT, INSERT, UPDATE, DELETE ON agents, schedules TO tickwork_api;
         GRANT SELECT, INSERT, UPDATE ON executions, approvals TO tickwork_api;
         GRANT SELECT, INSERT, DELETE ON queue_tasks TO tickwork_api;
+        GRANT DELETE ON run_states TO tickwork_api;  -- cancelling a run waiting for approval
         GRANT SELECT, INSERT, DELETE ON stream_tickets TO tickwork_api;
         IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_scheduler') THEN
             GRANT tickwork_scheduler TO tickwork_api;  -- POST /v1/tick runs the tick

@@ -16,9 +16,11 @@ from scheduler import localtime
 from tickwork.client import ApiClient, ApiError, fail
 from tickwork.local_zone import machine_zone
 from tickwork.tail import tail_run
+from tickwork.terminal_text import plain_cells
 
 # Ids must stay whole when output is piped (rich would otherwise squeeze tables to 80 columns).
-out = Console(width=None if Console().is_terminal else 200)
+# markup=False: names and reasons from the API are printed as they are, never as rich markup.
+out = Console(width=None if Console().is_terminal else 200, markup=False)
 agent_app = typer.Typer(help="Agents: apply YAML definitions, list, remove.", no_args_is_help=True)
 schedule_app = typer.Typer(help="Schedules (you type local time; tickwork stores UTC cron).",
                            no_args_is_help=True)
@@ -77,7 +79,8 @@ def apply_agents(files: List[Path] = typer.Argument(..., exists=True, dir_okay=F
 def list_agents() -> None:
     table = Table("id", "name", "status", "tools")
     for agent in ApiClient().items("/v1/agents"):
-        table.add_row(agent["id"], agent["name"], agent["status"], ", ".join(agent["tools"]))
+        table.add_row(*plain_cells(agent["id"], agent["name"], agent["status"],
+                                   ", ".join(agent["tools"])))
     out.print(table)
 
 
@@ -169,8 +172,9 @@ def list_schedules(zone: Optional[str] = typer.Option(None)) -> None:
     zone = zone or machine_zone()
     table = Table("id", "agent", "when", "cron (UTC)", "status", "last run", "next run")
     for s in ApiClient().items("/v1/schedules"):
-        table.add_row(s["id"], s["agent_id"], describe(s, zone), s["cron"], s["status"],
-                      local_time(s["last_run"], zone), local_time(s["next_run"], zone))
+        table.add_row(*plain_cells(s["id"], s["agent_id"], describe(s, zone), s["cron"],
+                                   s["status"], local_time(s["last_run"], zone),
+                                   local_time(s["next_run"], zone)))
     out.print(table)
 
 
@@ -237,8 +241,9 @@ def list_runs(agent: Optional[str] = None, schedule: Optional[str] = None,
     page = call(client, "GET", "/v1/runs", params={k: v for k, v in params.items() if v})
     table = Table("id", "trigger", "status", "outcome", "scheduled for", "attempt")
     for r in page["items"]:
-        table.add_row(r["id"], f"{r['trigger_type']}/{r['trigger_source']}", r["status"],
-                      r["outcome"] or "-", r["scheduled_for"], str(r["attempt"]))
+        table.add_row(*plain_cells(r["id"], f"{r['trigger_type']}/{r['trigger_source']}",
+                                   r["status"], r["outcome"] or "-", r["scheduled_for"],
+                                   r["attempt"]))
     out.print(table)
 
 
@@ -246,7 +251,9 @@ def list_approvals(status: str = typer.Option("pending", help="pending, approved
     """Tool calls waiting for a person (or already decided)."""
     table = Table("id", "tool", "arguments", "status")
     for a in ApiClient().items("/v1/approvals", {"status": status}):
-        table.add_row(a["id"], a["tool"], json.dumps(a["arguments"])[:80], a["status"])
+        # Arguments are the model's text: plain cells, never markup or terminal controls.
+        table.add_row(*plain_cells(a["id"], a["tool"],
+                                   json.dumps(a["arguments"], ensure_ascii=False)[:80], a["status"]))
     out.print(table)
 
 

@@ -7,8 +7,10 @@ from typing import Any
 import httpx
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from tickwork.settings import ClientSettings
+from tickwork.terminal_text import safe
 
 err = Console(stderr=True)
 
@@ -60,5 +62,6 @@ def _json_or_none(response: httpx.Response) -> Any:
 
 
 def fail(message: str, code: int = 1) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    # The message can quote what a model or a person typed: printed as text, never markup.
+    err.print(Text.assemble(("error:", "red"), " ", safe(message)), highlight=False)
     raise typer.Exit(code)

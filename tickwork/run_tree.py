@@ -12,6 +12,8 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 from rich.tree import Tree
 
+from tickwork.terminal_text import safe
+
 
 # --------------------------------------------------------------------------------------------
 # The tree (pure)
@@ -55,7 +57,7 @@ def build_view(run_id: str, events: Iterable[dict]) -> RunView:
     approvals: dict[str, tuple[Node, dict]] = {}  # by call id
     answer: list[tuple[Any, str]] = []
     for event in sorted(events, key=lambda e: e["seq"]):
-        kind, seq, payload = event.get("type"), event["seq"], event.get("payload") or {}
+        kind, seq, payload = event.get("type"), event["seq"], inert(event.get("payload") or {})
         view.last_seq = seq
         parent = nodes.get(event.get("parent_seq"), root)
         if view.waiting_for is not None and kind != "approval_required":
@@ -93,6 +95,18 @@ def build_view(run_id: str, events: Iterable[dict]) -> RunView:
         nodes[seq] = node
     view.answer = _join_answer(answer)
     return view
+
+
+def inert(value: Any) -> Any:
+    """A payload with every string made safe for a terminal (model text reaches the screen
+    raw otherwise: clipboard writes, clear screen, text overwritten by a carriage return)."""
+    if isinstance(value, str):
+        return safe(value)
+    if isinstance(value, dict):
+        return {key: inert(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [inert(item) for item in value]
+    return value
 
 
 def _node(kind: str | None, payload: dict, event: dict) -> Node:

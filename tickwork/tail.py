@@ -5,7 +5,6 @@ The network side is ``tickwork.sse_follow``; the tree is ``tickwork.run_tree`` (
 
 from __future__ import annotations
 
-import json
 import sys
 
 import httpx
@@ -19,6 +18,7 @@ from tickwork.client import err, fail
 from tickwork.run_tree import build_view, render
 from tickwork.settings import ClientSettings
 from tickwork.sse_follow import READ_TIMEOUT_SECONDS, Ending, Follower, TailError
+from tickwork.terminal_text import json_line, safe
 
 # --------------------------------------------------------------------------------------------
 # The command
@@ -45,7 +45,7 @@ def tail_run(
 
 def _print_json(http: httpx.Client, run_id: str) -> Ending:
     def emit(event: dict) -> None:
-        sys.stdout.write(json.dumps(event, ensure_ascii=False) + "\n")
+        sys.stdout.write(json_line(event) + "\n")  # model text: no raw controls
         sys.stdout.flush()
 
     try:
@@ -88,7 +88,7 @@ def _draw(http: httpx.Client, run_id: str) -> Ending:
 
 
 def _note(text: str) -> None:
-    err.print(f"[yellow]note:[/yellow] {escape(text)}", highlight=False)
+    err.print(f"[yellow]note:[/yellow] {escape(safe(text))}", highlight=False)
 
 
 def _print_final(console: Console, run_id: str, events: list[dict]) -> None:

@@ -161,7 +161,8 @@ async def _suspend(execution_id: UUID, state: RunState, journal: RunJournal,
     journal.emit("approval_required", approval_payload(call, spec, approval_id),
                  parent=state.pending.step)
     await journal.suspend(state=state.to_state(), version=STATE_VERSION, approval_id=approval_id,
-                          tool_call_id=call.id, tool=spec.key, arguments=call.arguments,
+                          tool_call_id=call.id, tool=spec.key,
+                          arguments=for_journal(call.arguments),  # shown: redacted
                           usage=state.usage())
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.model import Message, RunView, ToolCall, Usage
+from worker.redact import redact, redact_text
 from worker.walls import Meter
 
 STATE_VERSION = 1
@@ -70,7 +71,7 @@ class RunState:
         if self.pending is not None:
             pending = {"step": self.pending.step,
                        "calls": [call.to_state() for call in self.pending.calls]}
-        return {"version": STATE_VERSION, "messages": [m.to_state() for m in self.messages],
+        return {"version": STATE_VERSION, "messages": [at_rest(m) for m in self.messages],
                 "model_turns": self.model_turns, "judge_calls": self.judge_calls,
                 "plan": self.plan, "meter": self.meter.to_state(), "units_left": self.units_left,
                 "pending": pending, "usage": self.usage(),
@@ -98,6 +99,18 @@ class RunState:
                        context_tight=bool(saved.get("context_tight", False)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptState(f"saved run state is unreadable ({type(exc).__name__}: {exc})")
+
+
+def at_rest(message: Message) -> dict[str, Any]:
+    """A history message as saved: the model's text and its tool calls' arguments redacted. The
+    real arguments a waiting call needs are kept once, in ``pending``; the history's copies are
+    for the model to read back, and a secret must not stay at rest in them."""
+    saved = message.to_state()
+    if message.role == "assistant":
+        saved["content"] = redact_text(saved["content"] or "")
+        for call in saved["tool_calls"]:
+            call["arguments"] = redact(call["arguments"])
+    return saved
 
 
 def task_text(run_input: dict[str, Any]) -> str:

@@ -69,8 +69,9 @@ class Up:
 
 
 @pytest.fixture
-def up(db_url):
-    env = {**os.environ, "TICKWORK_DATABASE_URL": db_url}
+def up(db_url, tmp_path):
+    # Its own data folder: `up` keeps its local admin token there.
+    env = {**os.environ, "TICKWORK_DATABASE_URL": db_url, "TICKWORK_DATA_DIR": str(tmp_path)}
     running = Up(env)
     yield running
     running.stop()
@@ -134,11 +135,12 @@ def test_up_without_a_database_url_runs_on_an_embedded_postgres_and_reuses_its_d
                              headers={"Authorization": f"Bearer {first.token}"})
         assert created.status_code == 201
         first.stop()
-        second = Up(env)  # a new token of the same local tenant, on the same data
+        second = Up(env)  # the same data, and the same local admin token (kept, not re-minted)
         listed = httpx.get(f"{second.url}/v1/agents",
                            headers={"Authorization": f"Bearer {second.token}"}).json()
         second.stop()
         assert [agent["name"] for agent in listed["items"]] == ["kept"]
+        assert second.token == first.token
     finally:
         from sql.embedded import start_embedded
 

@@ -24,6 +24,9 @@ class SchedulerSettings(BaseSettings):
     # the failed-login brake. Empty: the header is ignored and the peer address counts.
     trusted_proxies: str = ""
     test_mode: bool = False
+    # /docs and /redoc (FastAPI's pages load their scripts from a third-party CDN, on the origin
+    # that holds the operator's token): off unless TICKWORK_API_DOCS=true. /openapi.json stays.
+    api_docs: bool = False
 
     @field_validator("trusted_proxies")
     @classmethod

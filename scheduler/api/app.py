@@ -39,7 +39,9 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
             if owned:
                 await app.state.pool.close()
 
+    docs = settings.api_docs  # off by default: those pages run a CDN's scripts
     app = FastAPI(title="tickwork", version="0.1.0", lifespan=lifespan,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
                   description="A Postgres-native job queue and scheduler for AI-agent runs.")
     app.state.settings = settings
     if pool is not None:

@@ -32,9 +32,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.hostile_history import MAX_ID_CHARS, message_chars, request_problem
+
 AUTO = "<auto>"  # a call id the server makes up (unique per server)
-MAX_ID_CHARS = 40  # OpenAI: "Expected a string with maximum length 40"
-ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 
 @dataclass
@@ -179,8 +179,9 @@ class HostileModel:
         if problem is not None:
             record.status, record.problem = 400, problem
             return _invalid(problem)
-        if self.context_chars is not None and message_chars(body["messages"]) > self.context_chars:
-            refusal = context_too_long(self.context_chars, message_chars(body["messages"]))
+        size = message_chars(body["messages"])
+        if self.context_chars is not None and size > self.context_chars:
+            refusal = context_too_long(self.context_chars, size)
             record.status = 400
             return JSONResponse(refusal.error, status_code=400)
         if not self.answers:
@@ -207,7 +208,8 @@ class HostileModel:
         ids = [self._id(c) for c in answer.calls]
         model = str(body.get("model", ""))
         if body.get("stream"):
-            usage = answer.usage if (body.get("stream_options") or {}).get("include_usage") else None
+            asked = (body.get("stream_options") or {}).get("include_usage")
+            usage = answer.usage if asked else None
             return StreamingResponse(self._stream(record, answer, ids, model, usage),
                                      media_type="text/event-stream")
         record.complete = not answer.hang
@@ -260,10 +262,10 @@ def completion(answer: Answer, ids: list[str | None], model: str) -> dict[str, A
             {**({"id": i} if i is not None else {}), "type": "function",
              "function": {"name": _wire(c.name), "arguments": _arguments(c.arguments)}}
             for c, i in zip(answer.calls, ids)]
+    finish = "tool_calls" if answer.calls else "stop"
     data: dict[str, Any] = {"id": "chatcmpl-hostile", "object": "chat.completion",
                             "created": int(time.time()), "model": model,
-                            "choices": [{"index": 0, "message": message,
-                                         "finish_reason": "tool_calls" if answer.calls else "stop"}]}
+                            "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
     if answer.usage:
         data["usage"] = _usage(answer.usage)
     return data
@@ -289,7 +291,8 @@ def chunks(answer: Answer, ids: list[str | None], model: str,
         out.append(chunk({"tool_calls": [head]}))
         raw = _arguments(c.arguments)
         step = max(1, len(raw) // 3)
-        out += [chunk({"tool_calls": [{"index": index, "function": {"arguments": raw[i:i + step]}}]})
+        out += [chunk({"tool_calls": [{"index": index,
+                                       "function": {"arguments": raw[i:i + step]}}]})
                 for i in range(0, len(raw), step)]
     out.append(chunk({}, "tool_calls" if answer.calls else "stop"))
     if usage:
@@ -302,101 +305,3 @@ def chunks(answer: Answer, ids: list[str | None], model: str,
 def _usage(usage: tuple[int, int]) -> dict[str, int]:
     return {"prompt_tokens": usage[0], "completion_tokens": usage[1],
             "total_tokens": usage[0] + usage[1]}
-
-
-def message_chars(messages: list[dict[str, Any]]) -> int:
-    """The size a context limit is checked against: every message's text and call arguments."""
-    total = 0
-    for message in messages:
-        content = message.get("content")
-        total += len(content) if isinstance(content, str) else len(json.dumps(content or ""))
-        for c in message.get("tool_calls") or []:
-            total += len(str((c.get("function") or {}).get("arguments", "")))
-    return total
-
-
-def request_problem(body: Any, max_id_chars: int = MAX_ID_CHARS,
-                    unique_across_history: bool = True) -> str | None:
-    """Why the real API would refuse this request (400), or None."""
-    if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-        return "'messages' is a required property"
-    return history_problem(body["messages"], max_id_chars, unique_across_history)
-
-
-def history_problem(messages: list[Any], max_id_chars: int = MAX_ID_CHARS,
-                    unique_across_history: bool = True) -> str | None:
-    seen: set[str] = set()  # every call id of every earlier assistant message
-    waiting: dict[str, bool] = {}  # the open assistant message's ids → answered yet
-    for n, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ROLES:
-            return f"Invalid 'messages[{n}]': unknown or missing role."
-        role = message["role"]
-        if role == "tool":
-            problem = _tool_problem(n, message, waiting)
-            if problem:
-                return problem
-            continue
-        unanswered = [i for i, answered in waiting.items() if not answered]
-        if unanswered:
-            return ("An assistant message with 'tool_calls' must be followed by tool messages "
-                    "responding to each 'tool_call_id'. The following tool_call_ids did not "
-                    f"have response messages: {', '.join(unanswered)}")
-        waiting = {}
-        if role == "assistant":
-            problem = _calls_problem(n, message, seen, max_id_chars, unique_across_history)
-            if problem:
-                return problem
-            ids = [c["id"] for c in message.get("tool_calls") or []]
-            waiting = {i: False for i in ids}
-            seen.update(ids)
-        elif not isinstance(message.get("content"), (str, list)):
-            return f"Invalid 'messages[{n}].content': expected a string."
-    unanswered = [i for i, answered in waiting.items() if not answered]
-    if unanswered:
-        return ("An assistant message with 'tool_calls' must be followed by tool messages "
-                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
-                f"response messages: {', '.join(unanswered)}")
-    return None
-
-
-def _tool_problem(n: int, message: dict[str, Any], waiting: dict[str, bool]) -> str | None:
-    call_id = message.get("tool_call_id")
-    if call_id not in waiting:
-        return ("Invalid parameter: messages with role 'tool' must be a response to a preceeding "
-                f"message with 'tool_calls' (messages[{n}].tool_call_id {call_id!r}).")
-    if waiting[call_id]:
-        return f"Invalid 'messages[{n}]': tool_call_id {call_id!r} was already answered."
-    if not isinstance(message.get("content"), (str, list)):
-        return f"Invalid 'messages[{n}].content': expected a string."
-    waiting[call_id] = True
-    return None
-
-
-def _calls_problem(n: int, message: dict[str, Any], seen: set[str], max_id_chars: int,
-                   unique_across_history: bool) -> str | None:
-    content = message.get("content")
-    calls = message.get("tool_calls") or []
-    if content is not None and not isinstance(content, (str, list)):
-        return f"Invalid 'messages[{n}].content': expected a string or null."
-    if content is None and not calls:
-        return f"Invalid 'messages[{n}]': an assistant message needs content or tool_calls."
-    ids: set[str] = set()
-    for k, c in enumerate(calls):
-        where = f"messages[{n}].tool_calls[{k}]"
-        call_id = c.get("id") if isinstance(c, dict) else None
-        if not isinstance(call_id, str) or not call_id:
-            return f"Missing required parameter: '{where}.id'."
-        if len(call_id) > max_id_chars:
-            return (f"Invalid '{where}.id': string too long. Expected a string with maximum "
-                    f"length {max_id_chars}, but got a string with length {len(call_id)} instead.")
-        if call_id in ids:
-            return f"Invalid '{where}.id': duplicate tool call id {call_id!r} in one message."
-        if unique_across_history and call_id in seen:
-            return f"Invalid '{where}.id': tool call id {call_id!r} was used by an earlier message."
-        function = c.get("function") or {}
-        if c.get("type") != "function" or not isinstance(function.get("name"), str):
-            return f"Invalid '{where}': expected a function call with a name."
-        if not isinstance(function.get("arguments"), str):
-            return f"Invalid '{where}.function.arguments': expected a string."
-        ids.add(call_id)
-    return None

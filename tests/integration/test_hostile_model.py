@@ -12,8 +12,9 @@ from contextlib import asynccontextmanager
 import pytest
 
 from sql.finisher import Finisher
-from tests.hostile_model import (HostileModel, call, context_too_long, history_problem,
-                                 message_chars, reply, server_error, silence, too_many_requests)
+from tests.hostile_history import history_problem, message_chars
+from tests.hostile_model import (HostileModel, call, context_too_long, reply, server_error,
+                                 silence, too_many_requests)
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import scalar, until
 from worker.handler import RunDeps
@@ -71,6 +72,11 @@ def ended(run_id: str) -> tuple[str, tuple]:
 def pending_approvals(run_id: str, n: int) -> tuple[str, tuple]:
     return ("SELECT count(*) = %s AND bool_or(status = 'pending') FROM approvals"
             " WHERE execution_id = %s", (n, run_id))
+
+
+def why(run: dict, model: HostileModel) -> tuple:
+    """What a failed assertion on a run's end shows: its reason and any history refused."""
+    return run["reason"], [(r.problem, r.body["messages"]) for r in model.requests if r.problem]
 
 
 def of_type(journal, kind):
@@ -143,7 +149,7 @@ async def test_four_sends_with_hostile_ids_are_each_delivered_once(api, pool, db
     run = (await api.get(f"/v1/runs/{run_id}")).json()
     journal = await events(api, run_id)
 
-    assert (run["status"], run["outcome"]) == ("completed", "done"), (run["reason"], [r.body["messages"] for r in model.requests if r.problem])
+    assert (run["status"], run["outcome"]) == ("completed", "done"), why(run, model)
     assert run["reason"]
     outbox = scalar(db_url, "SELECT array_agg(text ORDER BY text) FROM demo_outbox")
     assert outbox == ["report A", "report B", "report C", "report D"]
@@ -181,7 +187,7 @@ async def test_a_context_length_refusal_is_answered_by_one_masked_retry(api, poo
         await until(db_url, *ended(run_id))
     run = (await api.get(f"/v1/runs/{run_id}")).json()
     journal = await events(api, run_id)
-    assert (run["status"], run["outcome"]) == ("completed", "done"), (run["reason"], [r.body["messages"] for r in model.requests if r.problem])
+    assert (run["status"], run["outcome"]) == ("completed", "done"), why(run, model)
     masked = of_type(journal, "context_masked")
     assert len(masked) == 1 and masked[0]["retry"] == 1
     refused, retried = model.requests[3].body["messages"], model.requests[4].body["messages"]
@@ -210,7 +216,7 @@ async def test_a_server_enforcing_its_context_size_gets_the_masked_retry(api, po
 
     model.queue(*conversation())
     run, _ = await one_run()
-    assert run["outcome"] == "done", (run["reason"], model.refused_histories())
+    assert run["outcome"] == "done", why(run, model)
     sizes = [message_chars(r.body["messages"]) for r in model.requests]
     heaviest = sizes.index(max(sizes))
     assert heaviest == 3, sizes  # the fourth turn carries three results
@@ -218,7 +224,7 @@ async def test_a_server_enforcing_its_context_size_gets_the_masked_retry(api, po
     model.context_chars = sizes[3] - 1
     model.queue(*conversation())
     run, journal = await one_run()
-    assert (run["status"], run["outcome"]) == ("completed", "done"), (run["reason"], [r.body["messages"] for r in model.requests if r.problem])
+    assert (run["status"], run["outcome"]) == ("completed", "done"), why(run, model)
     assert [r.status for r in model.requests] == [200, 200, 200, 400, 200, 200]
     assert len(of_type(journal, "context_masked")) == 1
     assert_every_history_well_formed(model)
@@ -234,7 +240,7 @@ async def test_a_429_then_success_streams_the_answer_and_counts_one_call(api, po
         await until(db_url, *ended(run_id))
     run = (await api.get(f"/v1/runs/{run_id}")).json()
     journal = await events(api, run_id)
-    assert (run["status"], run["outcome"]) == ("completed", "done"), (run["reason"], [r.body["messages"] for r in model.requests if r.problem])
+    assert (run["status"], run["outcome"]) == ("completed", "done"), why(run, model)
     assert [r.status for r in model.requests] == [429, 200, 200]
     streamed = [p["text"] for p in of_type(journal, "content_delta") if p.get("streamed")]
     assert "".join(streamed) == "Nothing to send today."

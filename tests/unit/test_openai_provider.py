@@ -2,12 +2,13 @@
 streamed and whole answers, hostile ids and arguments, usage, refusals, retries and hangs."""
 
 import json
+import re
 import socket
 
 import pytest
 
-from tests.hostile_model import (Answer, HostileModel, call, context_too_long, failure, reply,
-                                 server_error, silence, too_many_requests)
+from tests.hostile_model import (Answer, HostileModel, call, failure, reply, server_error,
+                                 silence, too_many_requests)
 from worker.model import ContextTooLong, Message, Reply, RunView, ToolCall, ToolSchema, Usage
 from worker.providers import (DEFAULT_MODELS, OpenAIProvider, ProviderError, ProviderSettings,
                               Route, ScriptedProvider, build_router, parse_models)
@@ -370,7 +371,7 @@ async def test_a_malformed_history_is_refused_with_a_400_like_the_real_api(model
     model.queue(reply("never"))
     with pytest.raises(ProviderError, match="400") as refused:
         await ask(model, history=history)
-    assert model.requests[0].problem and __import__("re").search(says, model.requests[0].problem)
+    assert model.requests[0].problem and re.search(says, model.requests[0].problem)
     assert "400" in str(refused.value) and len(model.answers) == 1  # no answer was used
 
 

@@ -100,13 +100,19 @@ class DatabaseCollector(Collector):
 
 
 class AppMetrics:
-    """One app's registry: the database collector. The default registry (tick timings, process
-    metrics) is rendered alongside it."""
+    """One app's registry: the database collector and the failed-login brake's counters. The
+    default registry (tick timings, process metrics) is rendered alongside it."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = DatabaseCollector()
         self.registry.register(self.collector)
+        self.auth_failures = Counter(
+            "tickwork_auth_failures", "Requests refused because the token they presented was "
+            "wrong, revoked or expired (this API process).", registry=self.registry)
+        self.auth_throttled = Counter(
+            "tickwork_auth_throttled", "Of those, the ones answered 429 because their address "
+            "had failed too often (the brake engaged).", registry=self.registry)
 
     def render(self, snapshot: DatabaseSnapshot) -> bytes:
         """The exposition text for one scrape. Synchronous on purpose: see DatabaseCollector."""

@@ -10,7 +10,9 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from scheduler.settings import SchedulerSettings
-from scheduler.api.throttle import AuthThrottle, client_address, parse_networks
+from scheduler.api.throttle import (AuthThrottle, TooManyFailures, client_address,
+                                    parse_networks)
+from scheduler.metrics import app_metrics
 from scheduler.tokens import Principal, authenticate
 from sql.errors import Forbidden, Unauthorized
 
@@ -67,7 +69,13 @@ async def authenticated(request: Request, conn: AsyncConnection) -> Principal:
         return await authenticate(conn, token)
     except Unauthorized:
         client = client_of(request)
-        throttle.check(client)
+        metrics = app_metrics(request.app.state)
+        metrics.auth_failures.inc()
+        try:
+            throttle.check(client)
+        except TooManyFailures:
+            metrics.auth_throttled.inc()
+            raise
         throttle.failed(client)
         raise
 

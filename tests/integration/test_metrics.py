@@ -232,3 +232,18 @@ async def test_two_apps_in_one_process_scrape_without_clashing(api, pool, settin
     assert gauge(second, "tickwork_sse_subscribers") == 5
     assert gauge(again, "tickwork_sse_subscribers") == 5
 
+
+
+async def test_failed_logins_and_the_brakes_refusals_are_counted(pool, settings, tokens):
+    settings.auth_failure_limit = 2
+    app = create_app(settings, pool=pool)
+    transport = httpx.ASGITransport(app=app, client=("192.0.2.9", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url="http://api.test") as client:
+        client.tokens = tokens
+        assert gauge(await scrape(client), "tickwork_auth_failures") == 0
+        wrong = {"Authorization": "Bearer tw_" + "A" * 43}
+        answers = [(await client.get("/v1/agents", headers=wrong)).status_code for _ in range(4)]
+        families = await scrape(client)  # the operator's valid token passes the brake
+    assert answers == [401, 401, 429, 429]
+    assert gauge(families, "tickwork_auth_failures") == 4
+    assert gauge(families, "tickwork_auth_throttled") == 2

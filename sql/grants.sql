@@ -50,7 +50,9 @@ BEGIN
         GRANT SELECT, INSERT, UPDATE, DELETE ON agents, schedules TO tickwork_api;
         GRANT SELECT, INSERT, UPDATE ON executions, approvals TO tickwork_api;
         GRANT SELECT, INSERT, DELETE ON queue_tasks TO tickwork_api;
-        GRANT DELETE ON run_states TO tickwork_api;  -- cancelling a run waiting for approval
+        -- Cancelling a run waiting for approval deletes its saved state, which the API never
+        -- reads (it holds the waiting call's real arguments): only the key is readable.
+        GRANT SELECT (execution_id), DELETE ON run_states TO tickwork_api;
         GRANT SELECT, INSERT, DELETE ON stream_tickets TO tickwork_api;
         IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_scheduler') THEN
             GRANT tickwork_scheduler TO tickwork_api;  -- POST /v1/tick runs the tick

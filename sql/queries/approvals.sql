@@ -87,8 +87,9 @@ ON CONFLICT (execution_id, tool_call_id) DO NOTHING;
 -- A queued run is cancelled at once (its task removed); a running one is asked to stop; a run
 -- waiting for approval (completed + breadcrumb 'suspended', which the terminal-state trigger
 -- lets change) is cancelled at once: a terminal run_complete is journaled so tails close, its
--- pending approvals become 'cancelled', and its resume task, if a decision already queued one,
--- is removed (a resume that slips past finds nothing suspended and does nothing).
+-- pending approvals become 'cancelled', its saved state is deleted, and its resume task, if a
+-- decision already queued one, is removed (a resume that slips past finds nothing suspended
+-- and does nothing).
 WITH target AS (
     SELECT id, status, breadcrumb = 'suspended' AND status = 'completed' AS suspended
       FROM executions
@@ -127,6 +128,9 @@ WITH target AS (
 ), dropped AS (
     DELETE FROM queue_tasks q USING cancelled c
      WHERE q.execution_id = c.id AND c.status = 'cancelled'
+), state_dropped AS (  -- the saved state holds the waiting call's real arguments: never run now
+    DELETE FROM run_states s USING cancelled c
+     WHERE s.execution_id = c.id AND c.was_suspended
 ), tails_woken AS (
     SELECT pg_notify('tickwork_events', id::text) FROM cancelled
 )

@@ -7,11 +7,18 @@ from __future__ import annotations
 from datetime import timedelta
 from uuid import UUID, uuid4
 
+import httpx
+import psycopg
+import pytest
+
+from scheduler.api.app import create_app, stop_hub
 from scheduler.tick import run_tick
+from sql.db import open_pool
 from sql.finisher import Finisher
 from sql.journal import RunJournal
 from tests.integration.api_checks import assert_error, fingerprint
 from tests.integration.test_honest_runs import paused_run
+from tests.integration.test_roles import granted  # noqa: F401  (fixture)
 from tests.integration.test_worker_runs import events
 from tests.integration.workers import running_worker, scalar
 from worker.claim import claim_queued_runs, claim_resume
@@ -212,7 +219,33 @@ async def test_cancel_ends_a_run_waiting_for_approval_and_cancels_its_approvals(
         assert "cancelled" in body["message"] and run_id in body["message"]
     assert scalar(db_url, "SELECT status FROM approvals WHERE id = %s", (approval["id"],)) == "cancelled"
     assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 0
+    # The saved state held the waiting call's real arguments; the call will never run.
+    assert scalar(db_url, "SELECT count(*) FROM run_states WHERE execution_id = %s", (run_id,)) == 0
     assert_error(await api.post(f"/v1/runs/{run_id}/cancel"), 409)
+
+
+async def test_the_api_role_can_cancel_a_run_waiting_for_approval(api, pool, granted, settings,
+                                                                  tokens, db_url):
+    run_id, journal = await start_by_hand(api, pool)
+    await journal.suspend(state={"messages": []}, version=1, approval_id=f"{run_id}:c1",
+                          tool_call_id="c1", tool="demo.send_message", arguments={"text": "x"})
+    api_pool = await open_pool(granted["tickwork_api"], application_name="tickwork-api")
+    app = create_app(settings, pool=api_pool)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     base_url="http://api.test",
+                                     headers={"Authorization": f"Bearer {tokens['acme']}"}) as client:
+            response = await client.post(f"/v1/runs/{run_id}/cancel")
+            assert response.status_code == 202, response.text
+            assert response.json()["status"] == "cancelled"
+    finally:
+        await stop_hub(app)
+        await api_pool.close()
+    assert scalar(db_url, "SELECT status FROM approvals") == "cancelled"
+    assert scalar(db_url, "SELECT count(*) FROM run_states") == 0
+    with psycopg.connect(granted["tickwork_api"], autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # it may delete, never read
+            conn.execute("SELECT state FROM run_states")
 
 
 async def test_cancel_after_an_approval_drops_the_queued_resume_and_nothing_is_sent(api, pool, db_url):

@@ -38,8 +38,8 @@ def leaked(found: dict[str, str], text: str) -> list[str]:
     return [kind for kind, value in found.items() if value in text]
 
 
-async def waiting_send(api, pool, db_url, text: str) -> str:
-    agent = await api.post("/v1/agents", json={"name": "announcer", "tools": ["demo.send_message"]})
+async def waiting_send(api, pool, db_url, text: str, name: str = "announcer") -> str:
+    agent = await api.post("/v1/agents", json={"name": name, "tools": ["demo.send_message"]})
     script = {"script": [{"tool_calls": [{"name": "demo.send_message",
                                           "arguments": {"recipient": "ops", "text": text}}]},
                          {"text": "Sent the notes."}]}
@@ -160,3 +160,21 @@ async def test_a_second_pause_in_the_same_run_saves_the_answered_call_redacted(a
     assert "second, harmless" in stored["run_states"]
     assert {where: leaked(found, text) for where, text in stored.items()} == {
         where: [] for where in stored}
+
+
+async def test_the_migration_forgets_states_left_by_earlier_resumes_and_keeps_waiting_ones(
+        api, pool, db_url):
+    from sql.migrate import MIGRATIONS_DIR
+
+    finished = await waiting_send(api, pool, db_url, "first")
+    await api.post(f"/v1/approvals/{(await api.get('/v1/approvals')).json()['items'][0]['id']}"
+                   "/reject")
+    async with running_worker(pool, db_url):
+        await until(db_url, *done(finished))
+    waiting = await waiting_send(api, pool, db_url, "second", name="announcer-2")
+    with psycopg.connect(db_url) as conn:  # what a resume before this change left behind
+        conn.execute("INSERT INTO run_states (execution_id, version, state)"
+                     " VALUES (%s, 1, '{\"left\": \"behind\"}')", (finished,))
+        conn.execute((MIGRATIONS_DIR / "0023_forget_consumed_run_states.sql").read_text())
+        kept = conn.execute("SELECT execution_id::text FROM run_states").fetchall()
+    assert kept == [(waiting,)]

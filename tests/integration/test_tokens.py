@@ -165,3 +165,21 @@ async def test_a_stream_ticket_dies_with_the_token_that_minted_it(api, pool, db_
 
     assert response.status_code == 401, response.text
     assert "revoked with its token" in response.json()["message"]
+
+
+async def test_the_stored_digest_is_compared_in_constant_time(api, pool, monkeypatch):
+    import hmac
+
+    import scheduler.tokens
+
+    seen, real = [], hmac.compare_digest
+
+    def spy(a, b):
+        seen.append((bytes(a), bytes(b)))
+        return real(a, b)
+
+    monkeypatch.setattr(scheduler.tokens.hmac, "compare_digest", spy)
+    token = await new_token(pool, tenant="acme")
+
+    assert (await api.get("/v1/agents", headers=bearer(token))).status_code == 200
+    assert seen == [(scheduler.tokens.hash_token(token), scheduler.tokens.hash_token(token))]

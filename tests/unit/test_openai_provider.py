@@ -191,6 +191,15 @@ async def test_a_server_that_ignores_stream_true_is_read_as_a_whole_answer(model
                                                                     Usage(3, 0), [])
 
 
+async def test_a_server_refusing_stream_options_is_asked_again_without_them(model, provider):
+    model.queue(failure(400, "Unrecognized request argument supplied: stream_options",
+                        kind="invalid_request_error"), reply("streamed anyway"), reply("again"))
+    assert (await provider.complete("default", [], [], RUN)).text == "streamed anyway"
+    assert (await provider.complete("default", [], [], RUN)).text == "again"
+    assert [("stream_options" in r.body, r.body["stream"]) for r in model.requests] == [
+        (True, True), (False, True), (False, True)]  # remembered: not refused twice
+
+
 async def test_a_stream_that_ends_before_the_answer_is_complete_is_retried(model):
     model.queue(Answer(sse=['data: {"choices": [{"index": 0, "delta": {"content": "cut"}}]}', ""]),
                 reply("complete"))

@@ -43,6 +43,10 @@ class ProviderError(RuntimeError):
     """The model endpoint failed for good: after retries, or with a request it will never accept."""
 
 
+class _OptionRefused(ProviderError):
+    """A 400 naming stream_options: a server (or an old API version) that does not know it."""
+
+
 class _Transient(Exception):
     """A failure worth retrying; retry_after is the server's Retry-After, in seconds."""
 
@@ -63,6 +67,7 @@ class OpenAIProvider:
         self._http = http if http is not None else httpx.AsyncClient()
         self._timeout = timeout
         self._stream = stream
+        self._usage_option = True  # until a server refuses stream_options
         self._max_attempts = max_attempts
         self._backoff = wait_exponential(multiplier=backoff_seconds, max=30)
         # A longer Retry-After is not waited out inside one model turn: the run fails instead.
@@ -83,7 +88,16 @@ class OpenAIProvider:
             body["tool_choice"] = "auto"
         if self._stream:
             body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
+            if self._usage_option:
+                body["stream_options"] = {"include_usage": True}
+        try:
+            return await self._with_retries(body, on_text)
+        except _OptionRefused:
+            if "stream_options" not in body:
+                raise
+        # Streaming still works without it; usage is then whatever the server sends anyway.
+        self._usage_option = False
+        del body["stream_options"]
         return await self._with_retries(body, on_text)
 
     async def _with_retries(self, body: dict[str, Any], on_text: TextSink | None) -> Reply:
@@ -131,7 +145,8 @@ class OpenAIProvider:
         if _CONTEXT_TOO_LONG.search(response.text[:4000]):
             raise ContextTooLong(self._scrub(f"Model '{model}' refused the messages as longer "
                                              f"than its context: {server_message(response)}"))
-        raise ProviderError(f"Model '{model}' was refused: {self._status_sentence(response)}")
+        refused = _OptionRefused if "stream_options" in response.text[:4000] else ProviderError
+        raise refused(f"Model '{model}' was refused: {self._status_sentence(response)}")
 
     async def _read_stream(self, model: str, response: httpx.Response,
                            on_text: TextSink | None) -> Reply:

@@ -81,7 +81,7 @@ async def run_agent(state: RunState, loop: Loop) -> RunOutcome | Suspension:
             if decision.stop:
                 return RunOutcome("completed", decision.outcome, decision.reason, reply.text)
             continue
-        state.pending = Pending(step, calls)
+        state.pending = Pending(step, list(calls))  # its own list: calls are popped as they run
         paused = await run_pending(state, loop)
         if paused is not None:
             return paused

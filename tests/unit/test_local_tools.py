@@ -1,12 +1,13 @@
-"""Local tools without Postgres: the plan, task_complete, SQL over a stored value, slicing."""
+"""Local tools without Postgres: the plan, task_complete, SQL over a stored value (the
+engine query_file's child process runs, called here in-process), slicing."""
 
 import json
 
 import pytest
 
-from worker.tools.local import (ToolInputError, query_rows, task_complete, text_slice,
-                                update_plan)
+from worker.tools.local import ToolInputError, task_complete, text_slice, update_plan
 from worker.tools.offload import render_result
+from worker.tools.sqlbox import Box, QueryError, length_limit_for, query_rows
 
 RECORDS = [{"id": i, "title": f"Record {i}", "category": ["invoice", "ticket"][i % 2]}
            for i in range(1, 301)]
@@ -96,7 +97,7 @@ def test_rows_are_capped_and_the_answer_says_so():
     answer = query_rows(RECORDS, "SELECT id FROM result")
     assert answer["row_count"] == 200 and answer["truncated"] is True
     assert answer["rows"][-1] == [200] and "first 200 rows" in answer["note"]
-    assert query_rows(RECORDS, "SELECT id FROM result", max_rows=300)["truncated"] is False
+    assert query_rows(RECORDS, "SELECT id FROM result", Box(max_rows=300))["truncated"] is False
     json.dumps(answer)  # JSON-able as it is
 
 
@@ -113,23 +114,83 @@ def test_rows_are_capped_and_the_answer_says_so():
     "SELECT * FROM pragma_query_only",
 ])
 def test_anything_but_one_read_only_select_is_refused(sql):
-    with pytest.raises(ToolInputError):
+    with pytest.raises(QueryError):
         query_rows(RECORDS, sql)
 
 
 def test_sqlite_errors_come_back_as_sentences_naming_the_columns():
-    with pytest.raises(ToolInputError, match="no such column: nope.*columns are id, title, category"):
+    with pytest.raises(QueryError, match="no such column: nope.*columns are id, title, category"):
         query_rows(RECORDS, "SELECT nope FROM result")
-    with pytest.raises(ToolInputError, match="SQLite error"):
+    with pytest.raises(QueryError, match="SQLite error"):
         query_rows(RECORDS, "SELECT FROM WHERE")
-    with pytest.raises(ToolInputError, match="too big"):
-        query_rows(RECORDS, "SELECT randomblob(1000000000)")
 
 
 def test_a_runaway_query_is_stopped():
-    with pytest.raises(ToolInputError, match="longer than 0.2 s"):
+    with pytest.raises(QueryError, match="longer than 0.2 s and was stopped") as stopped:
         query_rows(RECORDS, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
-                            "SELECT count(*) FROM c", time_limit_s=0.2)
+                            "SELECT count(*) FROM c", Box(time_limit_s=0.2))
+    assert stopped.value.stopped == "time"
+
+
+# --- what a query may call and read ----------------------------------------------------------
+
+@pytest.mark.parametrize("sql,message", [
+    ("SELECT fts3_tokenizer('simple')", r"fts3_tokenizer\(\) is not allowed"),
+    ("SELECT load_extension('x')", r"load_extension\(\) is not allowed"),
+    ("SELECT sqlite_version()", r"sqlite_version\(\) is not allowed"),
+    ("SELECT sqlite_compileoption_get(0)", "not allowed"),
+    ("SELECT count(*) FROM result WHERE title = sqlite_source_id()", "not allowed"),
+    ("SELECT randomblob(1000000000)", r"randomblob\(\) is limited to 1024 bytes"),
+    ("SELECT length(zeroblob(2000))", r"zeroblob\(\) is limited to 1024 bytes"),
+    ("SELECT printf('%.*c', 40000000, 'a')", "limited to 1000 here, got 40000000"),
+    ("SELECT format('%40000d', 1)", "limited to 1000 here, got 40000"),
+    ("SELECT printf('%s %.*c', 'x', 5000, 'a')", "got 5000"),
+    ("SELECT * FROM sqlite_master", "only the table result can be read, not sqlite_master"),
+    ("SELECT * FROM pragma_table_info('result')", "only reading the table result is allowed"),
+    ("SELECT * FROM temp.sqlite_temp_master", "only the table result can be read"),
+])
+def test_functions_and_tables_a_data_question_does_not_need_are_refused(sql, message):
+    with pytest.raises(QueryError, match=message) as refused:
+        query_rows(RECORDS, sql)
+    assert refused.value.stopped is None
+
+
+def test_the_functions_a_data_question_needs_work():
+    answer = query_rows([{"id": 1, "n": 2.5, "at": "2026-06-01T10:00:00", "tags": ["a", "b"]},
+                         {"id": 2, "n": 4.0, "at": "2026-06-02T11:30:00", "tags": ["c"]}], """
+        SELECT sum(n), avg(n), group_concat(id, '|'), max(date(at)), round(sqrt(16), 1),
+               printf('%5.1f|%-4s|%%', 3.14159, 'ab'), upper(substr('abc', 2)), hex(zeroblob(2)),
+               length(randomblob(8)), (SELECT count(*) FROM result, json_each(result.tags)),
+               (SELECT tags ->> '$[0]' FROM result WHERE id = 2), json_object('k', 1),
+               (SELECT group_concat(r, ',') FROM (SELECT row_number() OVER (ORDER BY n DESC) AS r
+                                                  FROM result)),
+               strftime('%H', max(at)), iif(count(*) > 1, 'many', 'one')
+          FROM result""")
+    assert answer["rows"] == [[6.5, 3.25, "1|2", "2026-06-02", 4.0, "  3.1|ab  |%", "BC", "0000",
+                               8, 3, "c", '{"k":1}', "1,2", "11", "many"]]
+    counted = query_rows(RECORDS, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
+                                  "WHERE x < 10) SELECT count(*), sum(x) FROM c")
+    assert counted["rows"] == [[10, 55]]
+
+
+def test_strings_are_capped_near_the_size_of_the_stored_result():
+    assert length_limit_for(10) == 1_000_000 and length_limit_for(3_000_000) == 6_000_000
+    million = "replace(printf('%.1000c', 'a'), 'a', printf('%.1000c', 'a'))"
+    assert query_rows(RECORDS, f"SELECT length({million})")["rows"] == [[1_000_000]]
+    with pytest.raises(QueryError, match="would grow past 1000000 bytes"):
+        query_rows(RECORDS, f"SELECT length({million} || 'a')")
+    bigger = Box(length_limit=length_limit_for(3_000_000))
+    assert query_rows(RECORDS, f"SELECT length({million} || 'a')", bigger)["rows"] == [[1_000_001]]
+
+
+@pytest.mark.parametrize("sql,message", [
+    ("SELECT 1" + " UNION ALL SELECT 1" * 150, "too many terms in compound SELECT"),
+    ("SELECT " + " + ".join(["id"] * 300) + " FROM result", "Expression tree is too large"),
+    ("SELECT 'a' LIKE '" + "%a" * 600 + "'", "LIKE or GLOB pattern too complex"),
+])
+def test_sqlite_limits_refuse_oversized_statements(sql, message):
+    with pytest.raises(QueryError, match=message):
+        query_rows(RECORDS, sql)
 
 
 # --- read_file's slicing -------------------------------------------------------------------

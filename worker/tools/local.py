@@ -6,22 +6,20 @@ too large for the message history. Each returns a JSON-able value; bad input rai
 ToolInputError, whose sentence goes back to the model so it can correct the call.
 
 No transaction is held anywhere here: the stored result is fetched with one autocommit read,
-and SQL over it runs in an in-memory SQLite database on a thread, with no Postgres involved.
+and SQL over it runs in an in-memory SQLite database in a child process, with no Postgres
+involved.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import re
-import sqlite3
-import time
 from typing import Any
 from uuid import UUID
 
 from psycopg import AsyncConnection
 
 from worker.tools.offload import OFFLOAD_THRESHOLD_CHARS, load_result, render_result
+from worker.tools.sandbox import QueryLimits, run_query
+from worker.tools.sqlbox import QueryError, check_select
 
 
 class ToolInputError(ValueError):
@@ -31,8 +29,6 @@ class ToolInputError(ValueError):
 PLAN_STATUSES = ("pending", "in_progress", "completed")
 MAX_PLAN_STEPS = 50
 MAX_STEP_TITLE = 300
-MAX_QUERY_ROWS = 200
-QUERY_TIME_LIMIT_S = 2.0
 
 
 async def update_plan(plan_state: dict[str, Any], steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -94,15 +90,15 @@ def text_slice(text: str, file_ref: str, offset: int, limit: int, *,
 
 
 async def query_file(conn: AsyncConnection, execution_id: UUID, file_ref: str, sql: str, *,
-                     max_rows: int = MAX_QUERY_ROWS,
-                     time_limit_s: float = QUERY_TIME_LIMIT_S) -> dict[str, Any]:
-    """Run one read-only SELECT over a stored result, seen as the table ``result``."""
-    if not isinstance(sql, str) or not sql.strip():
-        raise ToolInputError("sql must be one SELECT statement over the table result")
-    row = await _stored(conn, execution_id, file_ref)
-    # SQLite is synchronous and a query may take its full time limit: keep the event loop free.
-    return await asyncio.to_thread(query_rows, row["content"], sql, max_rows=max_rows,
-                                   time_limit_s=time_limit_s)
+                     limits: QueryLimits = QueryLimits()) -> dict[str, Any]:
+    """Run one read-only SELECT over a stored result, seen as the table ``result``, in a child
+    process that is killed at the time limit (worker/tools/sandbox.py)."""
+    try:
+        check_select(sql)
+        row = await _stored(conn, execution_id, file_ref)
+        return await run_query(render_result(row["content"]), sql, limits)
+    except QueryError as exc:
+        raise ToolInputError(str(exc)) from None
 
 
 async def _stored(conn: AsyncConnection, execution_id: UUID, file_ref: Any) -> dict[str, Any]:
@@ -124,122 +120,3 @@ def _whole(value: Any, name: str, minimum: int) -> int:
     if number is None or number < minimum:
         raise ToolInputError(f"{name} must be a whole number of at least {minimum}")
     return number
-
-
-# --- SQL over a stored result: pure, synchronous, testable without Postgres ---------------
-
-_LEADING_NOISE = re.compile(r"(?:\s+|--[^\n]*(?:\n|\Z)|/\*.*?\*/)*", re.DOTALL)
-_READ_ONLY_START = re.compile(r"(?:select|with)\b", re.IGNORECASE)
-# Everything else (writes, ATTACH, PRAGMA, CREATE …) is denied when the statement is prepared.
-# (SELECT * FROM sqlite_master still works for a model that wants the table's definition.)
-_ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ,
-                              sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE})
-_PROGRESS_EVERY = 1000  # VM instructions between deadline checks
-_MAX_VALUE_BYTES = 50_000_000  # caps randomblob()/zeroblob()/printf() memory after loading
-
-
-def query_rows(value: Any, sql: str, *, max_rows: int = MAX_QUERY_ROWS,
-               time_limit_s: float = QUERY_TIME_LIMIT_S) -> dict[str, Any]:
-    """Load value into an in-memory table ``result`` and run one read-only SELECT over it."""
-    start = _LEADING_NOISE.match(sql).end()  # type: ignore[union-attr]  # always matches
-    if not _READ_ONLY_START.match(sql, start):
-        raise ToolInputError("only one read-only SELECT (or WITH … SELECT) statement over the "
-                             "table result is allowed")
-    db = sqlite3.connect(":memory:")
-    try:
-        columns = load_table(db, value)
-        _lock_down(db, time_limit_s)
-        try:
-            cursor = db.execute(sql)
-            rows = cursor.fetchmany(max_rows + 1)
-        except (sqlite3.Error, sqlite3.Warning) as exc:
-            raise ToolInputError(_explain(exc, columns, time_limit_s)) from None
-        names = [d[0] for d in cursor.description or ()]
-    finally:
-        db.close()
-    return _answer(names, rows, max_rows)
-
-
-def _lock_down(db: sqlite3.Connection, time_limit_s: float) -> None:
-    # Data first, then read-only: query_only and the authorizer refuse any write, ATTACH or
-    # PRAGMA; the progress handler stops a runaway query (a huge cross join, a recursive CTE).
-    db.execute("PRAGMA query_only = ON")
-    db.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, _MAX_VALUE_BYTES)
-    db.set_authorizer(lambda action, *_: sqlite3.SQLITE_OK if action in _ALLOWED_ACTIONS
-                      else sqlite3.SQLITE_DENY)
-    deadline = time.monotonic() + time_limit_s
-    db.set_progress_handler(lambda: time.monotonic() > deadline, _PROGRESS_EVERY)
-
-
-def load_table(db: sqlite3.Connection, value: Any) -> list[str]:
-    """Create ``result`` from a JSON value; return its column names.
-
-    A list of objects is one row per object (columns: the union of keys, first seen first); a
-    single object is one row; anything else (a list of scalars, a scalar) is one column value.
-    """
-    if isinstance(value, dict):
-        value = [value]
-    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-        keys = _column_names(value)
-        rows = ([_cell(item.get(key)) for key in keys] for item in value)
-    else:
-        keys = {"value": "value"}
-        rows = ([_cell(item)] for item in (value if isinstance(value, list) else [value]))
-    columns = list(keys.values())
-    db.execute(f"CREATE TABLE result ({', '.join(map(_quote, columns))})")
-    db.executemany(f"INSERT INTO result VALUES ({', '.join('?' * len(columns))})", rows)
-    return columns
-
-
-def _column_names(items: list[dict[str, Any]]) -> dict[str, str]:
-    # SQLite column names are case-insensitive: "Id" and "id" in the data become id and id_2.
-    names: dict[str, str] = {}
-    taken: set[str] = set()
-    for item in items:
-        for key in item:
-            if key not in names:
-                name = base = str(key) or "_"
-                suffix = 2
-                while name.lower() in taken:
-                    name, suffix = f"{base}_{suffix}", suffix + 1
-                taken.add(name.lower())
-                names[key] = name
-    return names
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _cell(value: Any) -> Any:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, int):
-        return value if -(2**63) <= value < 2**63 else str(value)  # SQLite integers are 64-bit
-    if value is None or isinstance(value, (str, float)):
-        return value
-    # Nested values as JSON text, so json_extract(column, '$.field') works on them.
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
-
-
-def _explain(exc: Exception, columns: list[str], time_limit_s: float) -> str:
-    if str(exc) == "interrupted":
-        return (f"the query ran longer than {time_limit_s:g} s and was stopped; filter, aggregate "
-                "or add a LIMIT")
-    if "not authorized" in str(exc) or "readonly" in str(exc):
-        return "only reading the table result is allowed (no writes, ATTACH or PRAGMA)"
-    return (f"SQLite error: {str(exc).rstrip('.')}. The table is named result; its columns are "
-            f"{', '.join(columns)}")
-
-
-def _answer(names: list[str], rows: list[tuple[Any, ...]], max_rows: int) -> dict[str, Any]:
-    truncated = len(rows) > max_rows
-    rows = rows[:max_rows]
-    answer: dict[str, Any] = {
-        "columns": names,
-        "rows": [[v.hex() if isinstance(v, bytes) else v for v in row] for row in rows],
-        "row_count": len(rows), "truncated": truncated}
-    if truncated:
-        answer["note"] = (f"only the first {max_rows} rows are shown; aggregate, filter or page "
-                          "with LIMIT/OFFSET to see the rest")
-    return answer

@@ -4,10 +4,13 @@ A turn with no tool call is the only place a run can stop, and one signal hides 
 done (a real, complete answer), question (deliberately asking the user) and stalled (the task
 unfinished without asking: narrated an action it never took, partial data, a skipped step).
 
+0. A reply with neither text nor a tool call is stalled at once (``decide_empty``): there is
+   no answer to judge, so it is never done.
 1. A plan decides first: any open step rejects the stop and names that step; all steps
    completed ends the run as done. The plan binds the model that wrote it.
 2. Without a plan the ``judge`` alias classifies the stop (``judge_messages`` builds its
-   prompt, ``parse_verdict`` reads it). No string heuristics over the agent's text.
+   prompt, ``parse_verdict`` reads it strictly: a clear label, a verdict line or JSON, else
+   unreadable, which counts as stalled). No string heuristics over the agent's text.
 3. Every rejected stop spends one continuation unit; units are never refunded (there is no
    function to do it), so hollow tool calls between stalls cannot keep a run alive. On the
    last unit the injection asks the model to wrap up with what it has.

@@ -5,6 +5,10 @@ writing. Journaling every piece would be one event per token; holding them all w
 tail show nothing until the reply ends. So pieces gather and go out as one ``content_delta`` at
 most every ``interval`` seconds, plus the remainder when the reply ends. A timer sends what
 has gathered once the interval is up even when no new piece arrives to trigger it.
+
+A batch ends at a whitespace: the journal redacts each event on its own, so a secret split
+across two events would match no pattern; cutting between words keeps a token whole (a run
+of text with no whitespace goes out anyway once it is very long).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import asyncio
 from typing import Any, Callable
 
 INTERVAL_SECONDS = 0.25
+UNBROKEN_CHARS = 4096  # past this much text without a whitespace, a batch is cut anyway
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -42,18 +47,21 @@ class TextStream:
 
     def close(self) -> None:
         """The reply ended: send what is left and stop the timer."""
-        self._send()
+        self._send(final=True)
 
     def discard(self) -> None:
         """The reply will be journaled whole after all (the provider did not stream)."""
         self._pieces = []
         self._cancel_timer()
 
-    def _send(self) -> None:
+    def _send(self, final: bool = False) -> None:
         self._cancel_timer()
-        if not self._pieces:
+        text = "".join(self._pieces)
+        cut = len(text) if final or len(text) > UNBROKEN_CHARS else _after_last_space(text)
+        text, rest = text[:cut], text[cut:]
+        self._pieces = [rest] if rest else []
+        if not text:
             return
-        text, self._pieces = "".join(self._pieces), []
         self._last = self._now()
         self.emitted += 1
         self._emit({"text": text, "streamed": True})
@@ -62,3 +70,10 @@ class TextStream:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+def _after_last_space(text: str) -> int:
+    for index in range(len(text) - 1, -1, -1):
+        if text[index].isspace():
+            return index + 1
+    return 0

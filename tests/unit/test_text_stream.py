@@ -18,9 +18,10 @@ def test_pieces_within_an_interval_go_out_together_and_the_rest_at_the_end():
     for piece, at in (("Hel", 0.0), ("lo", 0.1), (", wor", 0.26), ("ld", 0.3), ("!", 0.4)):
         clock.now = 100.0 + at
         stream(piece)
-    assert [p["text"] for p in sent] == ["Hello, wor"]  # the first batch waited one interval
+    # The first batch waited one interval, and ends between words.
+    assert [p["text"] for p in sent] == ["Hello, "]
     stream.close()
-    assert [p["text"] for p in sent] == ["Hello, wor", "ld!"]
+    assert [p["text"] for p in sent] == ["Hello, ", "world!"]
     assert all(p["streamed"] for p in sent)
 
 
@@ -44,3 +45,16 @@ def test_a_discarded_stream_sends_nothing():
     stream.discard()
     stream.close()
     assert sent == []
+
+
+def test_a_batch_ends_between_words_so_a_secret_is_never_split_across_events():
+    clock, sent = Clock(), []
+    stream = TextStream(sent.append, monotonic=clock, interval=0.25, timers=False)
+    for piece in ("The key is sk-", "live-1234", "5678abcd and", " more"):
+        clock.now += 0.3
+        stream(piece)
+    stream.close()
+    texts = [p["text"] for p in sent]
+    assert "".join(texts) == "The key is sk-live-12345678abcd and more"
+    assert any("sk-live-12345678abcd" in t for t in texts)
+    assert all(t.endswith(" ") for t in texts[:-1])

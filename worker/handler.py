@@ -30,6 +30,7 @@ from worker.state import STATE_VERSION, CorruptState, RunState
 from worker.stop_gate import GateSettings
 from worker.toolbox import ToolBox
 from worker.tools.registry import ToolSpec
+from worker.tools.sandbox import QueryLimits
 from worker.walls import WallSettings
 
 log = structlog.get_logger()
@@ -172,7 +173,9 @@ def _loop(execution: dict, agent: dict, state: RunState, journal: RunJournal,
     toolbox = ToolBox(deps.catalog, agent["tools"], pool=pool, execution_id=execution_id,
                       plan=state.plan, offload_threshold=s.offload_threshold_chars,
                       preview_chars=s.offload_preview_chars, redact=redact,
-                      tool_timeout=s.tool_timeout_seconds)
+                      tool_timeout=s.tool_timeout_seconds,
+                      query_limits=QueryLimits(time_limit_s=s.query_file_time_limit_seconds,
+                                               memory_mb=s.query_file_memory_mb))
     walls = WallSettings(per_tool=s.per_tool_cap, aggregate=s.aggregate_cap,
                          delivery=s.delivery_reserve, query_loop=s.query_loop_cap,
                          hard_cap=s.hard_cap)

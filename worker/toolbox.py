@@ -25,6 +25,7 @@ from worker.model import ToolCall, ToolSchema, canonical_name
 from worker.tools import local
 from worker.tools.offload import maybe_offload
 from worker.tools.registry import ToolSpec
+from worker.tools.sandbox import QueryLimits
 
 
 @dataclass
@@ -52,11 +53,13 @@ class ToolBox:
     def __init__(self, catalog: dict[str, ToolSpec], agent_tools: list[str], *,
                  pool: AsyncConnectionPool, execution_id: UUID, plan: dict[str, Any],
                  offload_threshold: int, preview_chars: int,
-                 redact: Callable[[Any], Any], tool_timeout: float = 60.0) -> None:
+                 redact: Callable[[Any], Any], tool_timeout: float = 60.0,
+                 query_limits: QueryLimits | None = None) -> None:
         listed = {canonical_name(k): catalog[k] for k in agent_tools if k in catalog}
         local = {canonical_name(k): s for k, s in catalog.items() if s.is_local}
         self._specs = {**listed, **{k: s for k, s in local.items() if k not in listed}}
         self._timeout = tool_timeout
+        self._query_limits = query_limits or QueryLimits()
         self._pool, self._execution_id, self._plan = pool, execution_id, plan
         self._threshold, self._preview, self._redact = offload_threshold, preview_chars, redact
 
@@ -123,5 +126,6 @@ class ToolBox:
             return await local.read_file(conn, self._execution_id, max_chars=self._threshold,
                                          **arguments)
         if key == "query_file":
-            return await local.query_file(conn, self._execution_id, **arguments)
+            return await local.query_file(conn, self._execution_id, limits=self._query_limits,
+                                          **arguments)
         raise local.ToolInputError(f"{key} is not a local tool")

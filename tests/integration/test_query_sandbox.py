@@ -39,7 +39,7 @@ ATTACK = f"SELECT instr({MILLION}, substr({MILLION}, 1, 400000) || 'b') AS hit"
 
 
 def query_children(parent: int) -> list[int]:
-    """Live query processes (sqlbox.py) whose parent is the given pid."""
+    """Live query processes (worker/tools/sqlbox.py) whose parent is the given pid."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -50,7 +50,7 @@ def query_children(parent: int) -> list[int]:
         except OSError:  # gone meanwhile
             continue
         state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if int(ppid) == parent and state != "Z" and b"sqlbox.py" in cmdline:
+        if int(ppid) == parent and state != "Z" and b"worker.tools.sqlbox" in cmdline:
             found.append(int(entry.name))
     return found
 
@@ -140,7 +140,7 @@ async def test_a_query_past_its_memory_limit_is_stopped_and_says_so():
 def test_a_query_process_nobody_kills_stops_itself_at_its_cpu_limit():
     header = {"sql": ATTACK, "max_rows": 10, "time_limit_s": 600, "length_limit": 1_000_000,
               "heap_limit": 0}
-    child = subprocess.run([sys.executable, "-I", "-S", "-B", CHILD, "1", str(512 * 2**20)],
+    child = subprocess.run([sys.executable, *CHILD, "1", str(512 * 2**20)],
                            input=json.dumps(header).encode() + b"\n[1]", capture_output=True,
                            timeout=120)
     assert child.returncode == -signal.SIGXCPU

@@ -26,7 +26,11 @@ from typing import Any
 from worker.tools.sqlbox import (MAX_QUERY_ROWS, QUERY_TIME_LIMIT_S, QueryError, check_select,
                                  length_limit_for)
 
-CHILD = str(Path(__file__).with_name("sqlbox.py"))
+ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the worker package
+# -I: no environment variables, user site or current folder; -S: no site-packages. The child
+# imports the standard library and worker/tools/sql{box,guard,table}.py only.
+CHILD = ["-I", "-S", "-B", "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+         "from worker.tools.sqlbox import main; sys.exit(main(sys.argv))", ROOT]
 KILL_MARGIN_S = 0.5  # past the time limit, for the child to stop itself and say so
 ANSWER_LIMIT_BYTES = 16 * 2**20
 
@@ -57,7 +61,7 @@ async def run_query(stored_text: str, sql: str, limits: QueryLimits = QueryLimit
               "length_limit": length_limit_for(len(data)),
               "heap_limit": limits.memory_mb * 2**20 // 2}
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-S", "-B", CHILD, str(limits.cpu_seconds),
+        sys.executable, *CHILD, str(limits.cpu_seconds),
         str(limits.memory_mb * 2**20), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
     try:

@@ -7,10 +7,19 @@ takes a share lock on the running execution: an append after the sweep's verdict
 nothing to lock and writes nothing (the run is fenced), and the sweep's terminal event,
 numbered max(seq) + 1 under its own row lock, always comes last. One NOTIFY per batch wakes
 tails; nothing ever waits on a subscriber.
+
+Visible as it happens: an emitted event does not wait for the run's next explicit flush (a
+turn can be a long model call or a slow tool). The first emit into an idle buffer starts a
+background flush that lingers a moment (so the events of one burst share one statement),
+writes everything buffered, and goes round again while more arrived meanwhile. One write at a
+time per run (a lock), so batches land in seq order; a fence found in the background is kept
+and raised at the run's next flush, finish, suspend or release, which also write whatever is
+still buffered. A pooled connection is taken only for the statement itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Callable
 from uuid import UUID
@@ -22,6 +31,11 @@ from psycopg_pool import AsyncConnectionPool
 from sql import QUERIES, failpoints
 from sql.db import reconnecting
 from sql.finisher import Finish, Finisher, write_finishes
+from sql.lifecycle import release_run
+
+# Emission -> background flush. Well inside the 250 ms promise (DESIGN "Visible as it
+# happens"), long enough that a burst (step_start, content_delta, tool_start ...) is one append.
+LINGER_SECONDS = 0.05
 
 
 class RunFenced(Exception):
@@ -38,32 +52,81 @@ class PendingEvent:
 
 class RunJournal:
     def __init__(self, pool: AsyncConnectionPool, execution_id: UUID, run_token: UUID, *,
-                 next_seq: int, redact: Callable[[Any], Any]) -> None:
+                 next_seq: int, redact: Callable[[Any], Any],
+                 linger_seconds: float | None = LINGER_SECONDS) -> None:
         self._pool, self.execution_id, self.run_token = pool, execution_id, run_token
         self._next_seq, self._redact = next_seq, redact
         self._pending: list[PendingEvent] = []
         self.cancel_requested = False  # learned with every append
+        self._linger = linger_seconds  # None: no background flush (explicit flushes only)
+        self._lock = asyncio.Lock()  # one write at a time: batches land in seq order
+        self._background: asyncio.Task | None = None
+        self._fenced = False  # found by a background flush; raised at the run's next write
 
     def emit(self, type: str, payload: dict[str, Any], parent: int | None = None) -> int:
-        """Buffer an event (secrets redacted before it is ever stored); return its seq."""
+        """Buffer an event (secrets redacted before it is ever stored) and make sure a flush
+        is coming within the linger; return its seq."""
         seq = self._next_seq
         self._next_seq += 1
         self._pending.append(PendingEvent(seq, parent, type, self._redact(payload)))
+        self._flush_soon()
         return seq
 
-    @reconnecting
     async def flush(self) -> None:
         """Append the buffered events (one statement); raise RunFenced if the run is no longer
         ours. Also learns whether a person asked the run to stop."""
-        if not self._pending:
+        async with self._lock:
+            await self._write()
+
+    def _flush_soon(self) -> None:
+        if self._linger is None or self._fenced:
             return
-        async with self._pool.connection() as conn:
-            row = await self._append(conn)
-        if not row["running"]:
+        if self._background is not None and not self._background.done():
+            return  # the running one goes round again for this event
+        try:
+            self._background = asyncio.get_running_loop().create_task(self._flush_later())
+        except RuntimeError:  # no event loop (a pure unit test): explicit flushes write
+            pass
+
+    async def _flush_later(self) -> None:
+        """The background flush: linger, write everything buffered, repeat while events keep
+        coming. A fence is remembered for the run; any other error leaves the events buffered
+        for the run's own next flush, which retries and reports it."""
+        while self._pending and not self._fenced:
+            await asyncio.sleep(self._linger)
+            try:
+                async with self._lock:
+                    await self._write()
+            except RunFenced:
+                return
+            except Exception:  # Postgres away past the reconnect budget
+                return
+
+    def _stop_background(self) -> None:
+        """Called under the lock by the run's last write: nothing is left for it to do."""
+        if self._background is not None and not self._background.done():
+            self._background.cancel()
+
+    def _raise_if_fenced(self) -> None:
+        if self._fenced:
             self._pending = []
             raise RunFenced(f"execution {self.execution_id} is no longer running")
+
+    @reconnecting
+    async def _write(self) -> None:
+        """One append of everything buffered now (the caller holds the lock). Events emitted
+        while it is in flight stay buffered for the next one."""
+        self._raise_if_fenced()
+        if not self._pending:
+            return
+        batch = list(self._pending)
+        async with self._pool.connection() as conn:
+            row = await self._append(conn, batch)
+        if not row["running"]:
+            self._fenced = True
+            self._raise_if_fenced()
         self.cancel_requested = bool(row["cancel_requested"])
-        self._pending = []
+        del self._pending[:len(batch)]
 
     async def finish(self, *, status: str, outcome: str | None, reason: str | None = None,
                      finisher: "Finisher | None" = None,
@@ -73,12 +136,16 @@ class RunJournal:
         RunFenced if the sweep got there first. usage is the run's whole total
         ({"input_tokens", "output_tokens", "model_calls"}); None leaves the stored usage."""
         await failpoints.hit("run.before_complete_commit")
-        if finisher is None:
-            return await self._finish_alone(status, outcome, reason, usage)
-        events, self._pending = self._pending, []
-        if not await finisher.finish(self.execution_id, self.run_token, status=status,
-                                     outcome=outcome, reason=reason, events=events, usage=usage):
-            raise RunFenced(f"execution {self.execution_id} is no longer running")
+        async with self._lock:
+            self._stop_background()
+            self._raise_if_fenced()
+            if finisher is None:
+                return await self._finish_alone(status, outcome, reason, usage)
+            events, self._pending = self._pending, []
+            if not await finisher.finish(self.execution_id, self.run_token, status=status,
+                                         outcome=outcome, reason=reason, events=events,
+                                         usage=usage):
+                raise RunFenced(f"execution {self.execution_id} is no longer running")
 
     async def _finish_alone(self, status: str, outcome: str | None, reason: str | None,
                             usage: dict[str, int] | None) -> None:
@@ -89,13 +156,23 @@ class RunJournal:
         if self.execution_id not in finished:
             raise RunFenced(f"execution {self.execution_id} is no longer running")
 
-    @reconnecting
     async def suspend(self, *, state: dict[str, Any], version: int, approval_id: str,
                       tool_call_id: str, tool: str, arguments: dict[str, Any],
                       usage: dict[str, int] | None = None) -> None:
         """Save the run's state, create its approval and end the execution as suspended
         (completed, breadcrumb 'suspended', no terminal event), in one transaction. usage is
         the run's total so far; None leaves the stored usage."""
+        async with self._lock:
+            self._stop_background()
+            self._raise_if_fenced()
+            await self._suspend(state=state, version=version, approval_id=approval_id,
+                                tool_call_id=tool_call_id, tool=tool, arguments=arguments,
+                                usage=usage)
+
+    @reconnecting
+    async def _suspend(self, *, state: dict[str, Any], version: int, approval_id: str,
+                       tool_call_id: str, tool: str, arguments: dict[str, Any],
+                       usage: dict[str, int] | None) -> None:
         async with self._pool.connection() as conn:
             async with conn.transaction():
                 cursor = await conn.execute(QUERIES["lock_running_execution"], {
@@ -103,7 +180,7 @@ class RunJournal:
                 if await cursor.fetchone() is None:
                     self._pending = []
                     raise RunFenced(f"execution {self.execution_id} is no longer running")
-                await self._append(conn)
+                await self._append(conn, self._pending)
                 await failpoints.hit("approval.after_pause_before_state_commit")
                 cursor = await conn.execute(QUERIES["suspend_for_approval"], {
                     "execution_id": self.execution_id, "run_token": self.run_token,
@@ -114,15 +191,38 @@ class RunJournal:
                     raise RunFenced(f"execution {self.execution_id} is no longer running")
         self._pending = []
 
-    async def _append(self, conn: AsyncConnection) -> dict[str, Any]:
+    async def release(self, approval_id: str | None = None,
+                      saved_state: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The worker is going away with this run unfinished: write what is buffered and hand
+        the run on (sql.lifecycle.release_run) in one transaction; raise RunFenced if it was no
+        longer ours. Returns what release_run did."""
+        async with self._lock:
+            self._stop_background()
+            self._raise_if_fenced()
+            return await self._release(approval_id, saved_state)
+
+    @reconnecting
+    async def _release(self, approval_id: str | None,
+                       saved_state: dict[str, Any] | None) -> dict[str, Any]:
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                if self._pending:
+                    await self._append(conn, self._pending)
+                released = await release_run(conn, self.execution_id, self.run_token,
+                                             approval_id=approval_id, saved_state=saved_state)
+        self._pending = []
+        if released is None:
+            raise RunFenced(f"execution {self.execution_id} is no longer running")
+        return released
+
+    async def _append(self, conn: AsyncConnection, events: list[PendingEvent]) -> dict[str, Any]:
         # The buffer is cleared only after success, so a retry after a lost connection appends
         # the same events again, idempotently.
         cursor = await conn.execute(QUERIES["append_run_events"],
-                                    {**self._batch(), "run_token": self.run_token})
+                                    {**self._batch(events), "run_token": self.run_token})
         return await cursor.fetchone()
 
-    def _batch(self) -> dict[str, Any]:
-        events = self._pending
+    def _batch(self, events: list[PendingEvent]) -> dict[str, Any]:
         return {"execution_id": self.execution_id, "seqs": [e.seq for e in events],
                 "parent_seqs": [e.parent_seq for e in events], "types": [e.type for e in events],
                 "payloads": [Jsonb(e.payload) for e in events]}

@@ -1,12 +1,16 @@
 """Execution verdicts shared by both sides: the stale sweep and a worker at its own deadline
-give the same verdict through this one function, so retries are minted in exactly one place."""
+give the same verdict through this one function, so retries are minted in exactly one place.
+A worker that shuts down with a run unfinished releases it through the same statement (a
+retry queued at once), or, for a run resumed after an approval, back to its pause."""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from psycopg import AsyncConnection
+from psycopg.types.json import Jsonb
 
 from sql import QUERIES
 from sql.ids import new_id
@@ -16,10 +20,41 @@ async def fail_timed_out(conn: AsyncConnection, locked: list[dict[str, Any]],
                          now: datetime | None) -> tuple[int, int]:
     """Fail executions already locked by the caller's transaction; mint one retry each while
     attempts remain. Returns (failed, retried)."""
+    retry_ids = [new_id() if row["attempt"] < row["max_attempts"] else None for row in locked]
+    return await _fail_and_retry(conn, locked, retry_ids, now, released=False)
+
+
+async def _fail_and_retry(conn: AsyncConnection, locked: list[dict[str, Any]],
+                          retry_ids: list[UUID | None], now: datetime | None, *,
+                          released: bool) -> tuple[int, int]:
     if not locked:
         return 0, 0
-    retry_ids = [new_id() if row["attempt"] < row["max_attempts"] else None for row in locked]
     cursor = await conn.execute(QUERIES["fail_timed_out_executions"], {
-        "ids": [row["id"] for row in locked], "retry_ids": retry_ids, "now": now})
+        "ids": [row["id"] for row in locked], "retry_ids": retry_ids, "now": now,
+        "released": released})
     counts = await cursor.fetchone()
     return counts["failed"], counts["retried"]
+
+
+async def release_run(conn: AsyncConnection, execution_id: UUID, run_token: UUID, *,
+                      approval_id: str | None = None,
+                      saved_state: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """Hand an unfinished run on, inside the caller's transaction; None if it is no longer
+    this worker's to hand on.
+
+    A fresh run (approval_id None) ends failed with breadcrumb 'released' and its retry (new
+    id, attempt + 1, retry_of, one more allowed attempt) is queued now, not at the deadline:
+    {"retry_id": …}. A run resumed after a person's decision goes back to its pause — the
+    state its resume consumed (``saved_state``) saved again, the decision kept, its resume
+    queued again: {"resume": approval_id}."""
+    params = {"execution_id": execution_id, "run_token": run_token}
+    if approval_id is not None:
+        cursor = await conn.execute(QUERIES["release_resumed_run"], {
+            **params, "approval_id": approval_id, "state": Jsonb(saved_state),
+            "version": saved_state["version"]})
+        return {"resume": approval_id} if await cursor.fetchone() else None
+    cursor = await conn.execute(QUERIES["lock_running_execution_for_release"], params)
+    locked = await cursor.fetchall()
+    retry_id = new_id()
+    failed, _ = await _fail_and_retry(conn, locked, [retry_id], None, released=True)
+    return {"retry_id": retry_id} if failed else None

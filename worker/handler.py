@@ -1,9 +1,12 @@
 """One delivery of one task: claim (or resume), run, journal, and record the verdict, once.
 
 Everything that can end a run ends it in-band: a finished agent, a model or script error, an
-agent that vanished, unreadable saved state, a cancel, the run's own deadline, a worker
-shutting down. Only the deadline leads to a retry, minted by the same verdict the sweep gives.
-A pause for approval ends the execution as suspended, with its state saved.
+agent that vanished, unreadable saved state, a cancel, the run's own deadline. Only the
+deadline leads to a retry, minted by the same verdict the sweep gives. A pause for approval
+ends the execution as suspended, with its state saved. A worker shutting down never ends a
+run as cancelled: a run still going after the grace period is released (journaled, then
+retried at once as a new attempt for any worker; a run resumed after an approval goes back to
+its pause with the decision kept and its resume queued again).
 """
 
 from __future__ import annotations
@@ -98,10 +101,8 @@ async def _guarded(execution: dict, agent: dict | None, journal: RunJournal, dep
                                                held), seconds)
     except asyncio.TimeoutError:
         return await _timed_out(execution["id"], journal, deps.pool, bound)
-    except asyncio.CancelledError:
-        await _finish(journal, RunOutcome("cancelled", "cancelled",
-                                          "the worker shut down before the run finished", ""),
-                      bound, None)
+    except asyncio.CancelledError:  # the worker's grace period is over
+        await _release(journal, bound, approval_id, execution.get("state"))
         raise
     except RunFenced:
         raise
@@ -201,6 +202,20 @@ async def _finish(journal: RunJournal, outcome: RunOutcome, bound,
                          finisher=finisher, usage=usage)
     bound.info("run_finished", status=outcome.status, outcome=outcome.outcome)
     return {"status": outcome.status, "outcome": outcome.outcome}
+
+
+async def _release(journal: RunJournal, bound, approval_id: str | None,
+                   saved_state: dict[str, Any] | None) -> None:
+    """Hand the unfinished run to another worker at once (sql.lifecycle.release_run). A
+    resumed run goes back to its pause with the state its resume started from, so the decided
+    call is still pending in it (replayed from the tool-call store if it already ran)."""
+    if approval_id is not None:  # not an end: the run goes back to its pause
+        journal.emit("gate_decision", {
+            "verdict": "released", "released": True, "resume": approval_id,
+            "reason": "released: the worker shut down before the resumed run finished; the "
+                      "decision stands and the run resumes again at once"}, parent=ROOT_SEQ)
+    released = await journal.release(approval_id, saved_state)
+    bound.warning("run_released", **{k: str(v) for k, v in released.items()})
 
 
 async def _timed_out(execution_id: UUID, journal: RunJournal, pool: AsyncConnectionPool,

@@ -3,6 +3,13 @@
 LISTEN runs on its own direct connection and is re-established after any error; it only
 shortens the wait. Every poll interval the worker looks for tasks anyway, so a lost listener
 (or a missed notification) delays work by at most one interval and never loses it.
+
+A stop (SIGTERM) ends claiming at once; runs in hand get the grace period to finish. A run
+still going after it is released, never cancelled (only a person cancels): it is interrupted
+where it stands (model call or tool), journaled, and handed on at once, as a new attempt any
+worker can take, or, if it was resumed after an approval, back to its pause with the decision
+kept and its resume queued again. Writing the releases gets a short margin after the grace
+period; a release that cannot be written in it (Postgres away) leaves the run to the sweep.
 """
 
 from __future__ import annotations
@@ -19,9 +26,14 @@ from worker.claim import claim_queued_runs, lease_tasks
 from worker.handler import RunDeps, handle_task, run_claimed
 
 log = structlog.get_logger()
+# After the grace period: time to write the releases (one flush and one statement per run).
+RELEASE_MARGIN_SECONDS = 5.0
 
 
 class Worker:
+    """Claims work for ``concurrency`` slots until ``stop`` is set, then drains: see the
+    module's docstring for what happens to runs still going when the grace period ends."""
+
     def __init__(self, deps: RunDeps, database_url: str) -> None:
         self.deps, self._url = deps, database_url
         self._wake = asyncio.Event()
@@ -95,13 +107,20 @@ class Worker:
                 delay = min(delay * 2, 5.0)
 
     async def _drain(self) -> None:
-        """Stop claiming; let running agents finish within the grace period, then cancel them
-        (each journals its cancellation)."""
+        """Stop claiming; let running agents finish within the grace period, then interrupt
+        each one still going, whose handler releases it (handler._release); a release still
+        unwritten after RELEASE_MARGIN_SECONDS is abandoned to the stale sweep."""
         if not self._active:
             return
         _, pending = await asyncio.wait(set(self._active),
                                         timeout=self.deps.settings.shutdown_grace_seconds)
+        if not pending:
+            return
+        log.warning("releasing_runs", count=len(pending))
         for task in pending:
+            task.cancel()
+        _, stuck = await asyncio.wait(pending, timeout=RELEASE_MARGIN_SECONDS)
+        for task in stuck:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*pending, return_exceptions=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import socket
 import tempfile
 from datetime import timedelta
 from pathlib import Path
@@ -19,17 +20,20 @@ from tests.integration.workers import WorkerProcess, scalar, until
 from worker.tools.publish import publish_catalog
 
 
-def agent_with_tools(db_url: str, tools: list[str]) -> Principal:
+def agent_with_tools(db_url: str, tools: list[str], auto_approve: list[str]) -> Principal:
     with psycopg.connect(db_url) as conn:
         tenant = make_tenant(conn)
         agent = make_agent(conn, tenant)
-        conn.execute("UPDATE agents SET tools = %s, auto_approve = %s", (tools, tools))
+        conn.execute("UPDATE agents SET tools = %s, auto_approve = %s WHERE id = %s",
+                     (tools, auto_approve, agent))
     return Principal(tenant, True), agent
 
 
 async def queue_runs(db_url: str, script: list, count: int = 1, timeout_minutes: int = 1,
-                     tools=("demo.get_record", "demo.send_message")) -> list[str]:
-    principal, agent = agent_with_tools(db_url, list(tools))
+                     tools=("demo.get_record", "demo.send_message"),
+                     auto_approve=None) -> list[str]:
+    principal, agent = agent_with_tools(db_url, list(tools),
+                                        list(tools if auto_approve is None else auto_approve))
     conn = await connect(db_url, application_name="tickwork-test")
     ids = []
     for _ in range(count):
@@ -77,17 +81,82 @@ async def test_a_worker_killed_mid_run_is_swept_and_its_retry_runs_once(db_url, 
     assert scalar(db_url, "SELECT count(DISTINCT execution_id) FROM demo_outbox") == 2
 
 
-async def test_sigterm_lets_runs_finish_within_the_grace_period_then_cancels_and_journals(db_url):
+async def test_sigterm_lets_runs_finish_within_the_grace_period_then_releases_the_rest(db_url):
     [quick] = await queue_runs(db_url, [{"sleep": 1}, {"text": "quick"}])
     [slow] = await queue_runs(db_url, [{"sleep": 600}, {"text": "never"}])
     worker = WorkerProcess(db_url, concurrency=2, TICKWORK_SHUTDOWN_GRACE_SECONDS="3")
     await until(db_url, "SELECT count(*) = 2 FROM run_events WHERE type = 'run_start'")
     assert worker.terminate(timeout=60) == 0
     assert scalar(db_url, "SELECT status FROM executions WHERE id = %s", (quick,)) == "completed"
-    assert scalar(db_url, "SELECT status || '/' || outcome FROM executions WHERE id = %s",
-                  (slow,)) == "cancelled/cancelled"
+    assert scalar(db_url, "SELECT status || '/' || outcome || '/' || breadcrumb FROM executions"
+                          " WHERE id = %s", (slow,)) == "failed/failed/released"
     assert journal_types(db_url, slow)[-1][1] == "run_complete"
-    assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 0
+    retry = scalar(db_url, "SELECT id FROM executions WHERE retry_of = %s AND status = 'queued'",
+                   (slow,))
+    assert scalar(db_url, "SELECT execution_id FROM queue_tasks") == retry  # queued at once
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'cancelled'") == 0
+
+
+async def test_r10_a_deploy_mid_model_call_and_mid_tool_loses_no_run_and_cancels_none(db_url):
+    """RELIABILITY R10: SIGTERM one of two workers while runs are mid-model-call and mid-tool;
+    past the short grace period each is released and its retry, queued at once, completes on
+    the other worker; a run waiting for approval is untouched."""
+    thinking = await queue_runs(db_url, [{"sleep": 10}, {"text": "Thought it through."}],
+                                count=2, tools=("demo.get_record",))
+    in_tool = await queue_runs(db_url, [{"tool_calls": [{"name": "demo.get_record",
+                                                          "arguments": {"id": 7}}]},
+                                        {"text": "Read it."}], count=2, tools=("demo.get_record",))
+    [waiting] = await queue_runs(db_url, [{"tool_calls": [{
+        "name": "demo.send_message", "arguments": {"recipient": "ops", "text": "hi"}}]},
+        {"text": "Sent."}], tools=("demo.send_message",), auto_approve=())
+    released = thinking + in_tool
+    # Worker A holds every run: the tool runs stop inside their tool call (after its effect).
+    a = WorkerProcess(db_url, concurrency=5, TICKWORK_SHUTDOWN_GRACE_SECONDS="1",
+                      TICKWORK_FAILPOINTS="run.after_tool_effect_before_tool_complete=sleep:600000")
+    await until(db_url, "SELECT (SELECT count(*) FROM run_events WHERE type = 'step_start'"
+                        "         AND execution_id = ANY(%s::uuid[])) = 2"
+                        " AND (SELECT count(*) FROM run_events WHERE type = 'tool_start'"
+                        "         AND execution_id = ANY(%s::uuid[])) = 2"
+                        " AND (SELECT breadcrumb = 'suspended' FROM executions WHERE id = %s)",
+                (thinking, in_tool, waiting))
+    b = WorkerProcess(db_url, concurrency=4)
+    assert a.terminate(timeout=60) == 0
+    with psycopg.connect(db_url) as conn:  # right after A exited, long before any deadline
+        rows = conn.execute(
+            "SELECT o.status, o.outcome, o.breadcrumb, r.id IS NOT NULL, r.created_at < o.deadline"
+            "  FROM executions o LEFT JOIN executions r ON r.retry_of = o.id"
+            " WHERE o.id = ANY(%s::uuid[])", (released,)).fetchall()
+    assert rows == [("failed", "failed", "released", True, True)] * 4
+    await until(db_url, "SELECT count(*) = 4 FROM executions WHERE retry_of = ANY(%s::uuid[])"
+                        " AND status = 'completed'", (released,), timeout=120)
+    assert b.terminate(timeout=60) == 0
+    with psycopg.connect(db_url) as conn:
+        for run_id in released:  # one logical run each: exactly one done in its chain
+            chain = conn.execute("SELECT status, outcome FROM executions WHERE id = %s"
+                                 " OR retry_of = %s ORDER BY attempt", (run_id, run_id)).fetchall()
+            assert chain == [("failed", "failed"), ("completed", "done")]
+        assert conn.execute("SELECT count(*) FROM executions WHERE status = 'cancelled'"
+                            ).fetchone()[0] == 0
+        workers = conn.execute(
+            "SELECT DISTINCT payload->>'worker_id' FROM run_events r JOIN executions e"
+            " ON e.id = r.execution_id WHERE r.type = 'run_start' AND e.retry_of IS NOT NULL"
+            ).fetchall()
+        assert workers == [(f"{socket.gethostname()}:{b.process.pid}",)]
+        assert conn.execute("SELECT status, breadcrumb FROM executions WHERE id = %s",
+                            (waiting,)).fetchone() == ("completed", "suspended")
+        assert conn.execute("SELECT status FROM approvals WHERE execution_id = %s",
+                            (waiting,)).fetchone() == ("pending",)
+        ids = [str(row[0]) for row in conn.execute("SELECT id FROM executions").fetchall()]
+    assert len(ids) == 9  # five runs, four retries, nothing else
+    for run_id in ids:
+        types = journal_types(db_url, run_id)
+        assert [seq for seq, _ in types] == list(range(1, len(types) + 1))  # no gap
+        kinds = [t for _, t in types]
+        assert kinds.count("run_start") == 1
+        if run_id == str(waiting):
+            assert kinds[-1] == "approval_required" and "run_complete" not in kinds
+        else:
+            assert kinds.count("run_complete") == 1 and kinds[-1] == "run_complete"
 
 
 async def test_a_run_past_its_deadline_is_stopped_by_its_worker_and_retried_once(db_url):

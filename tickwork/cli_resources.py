@@ -239,12 +239,27 @@ def list_runs(agent: Optional[str] = None, schedule: Optional[str] = None,
               "since": since_time(since) if since else None,
               "agent_id": resolve_agent(client, agent)["id"] if agent else None}
     page = call(client, "GET", "/v1/runs", params={k: v for k, v in params.items() if v})
-    table = Table("id", "trigger", "status", "outcome", "scheduled for", "attempt")
+    table = Table("id", "trigger", "status", "outcome", "tokens in/out", "scheduled for",
+                  "attempt")
     for r in page["items"]:
         table.add_row(*plain_cells(r["id"], f"{r['trigger_type']}/{r['trigger_source']}",
-                                   r["status"], r["outcome"] or "-", r["scheduled_for"],
-                                   r["attempt"]))
+                                   run_status_text(r), r["outcome"] or "-",
+                                   tokens_text(r.get("usage")), r["scheduled_for"], r["attempt"]))
     out.print(table)
+
+
+def run_status_text(run: dict) -> str:
+    """A run suspended for a person is stored as completed with the breadcrumb 'suspended';
+    people read it as what it is."""
+    if run["status"] == "completed" and run.get("breadcrumb") == "suspended":
+        return "waiting for approval"
+    return run["status"]
+
+
+def tokens_text(usage: dict | None) -> str:
+    if not usage or not usage.get("model_calls"):
+        return "-"
+    return f"{usage['input_tokens']:,} / {usage['output_tokens']:,}"
 
 
 def list_approvals(status: str = typer.Option("pending", help="pending, approved or rejected.")) -> None:
@@ -275,7 +290,7 @@ def reject(approval_id: str, reason: Optional[str] = typer.Option(None)) -> None
 
 
 def cancel(run_id: str) -> None:
-    """Cancel a run: at once if queued, at its next turn if running."""
+    """Cancel a run: at once if queued or waiting for approval, at its next turn if running."""
     run = call(ApiClient(), "POST", f"/v1/runs/{run_id}/cancel")
     state = "cancelled" if run["status"] == "cancelled" else "asked to stop at its next turn"
     out.print(f"run {run['id']} {state}", highlight=False)

@@ -37,6 +37,9 @@ class Node:
     started: datetime | None = None
 
 
+USAGE_KEYS = ("input_tokens", "output_tokens", "model_calls")
+
+
 @dataclass
 class RunView:
     run_id: str
@@ -46,6 +49,9 @@ class RunView:
     answer: str = ""
     waiting_for: str | None = None  # an approval id while the run is suspended
     last_seq: int = 0
+    # What the run spent: summed from model_usage events as they come; the total a terminal
+    # run_complete carries (the execution's own figure) replaces the sum when present.
+    usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(USAGE_KEYS, 0))
 
 
 def build_view(run_id: str, events: Iterable[dict]) -> RunView:
@@ -59,6 +65,11 @@ def build_view(run_id: str, events: Iterable[dict]) -> RunView:
     for event in sorted(events, key=lambda e: e["seq"]):
         kind, seq, payload = event.get("type"), event["seq"], inert(event.get("payload") or {})
         view.last_seq = seq
+        if kind == "model_usage":  # accounting, not a step of the run: summed, not drawn
+            view.usage["input_tokens"] += _count(payload.get("input_tokens"))
+            view.usage["output_tokens"] += _count(payload.get("output_tokens"))
+            view.usage["model_calls"] += 1
+            continue
         parent = nodes.get(event.get("parent_seq"), root)
         if view.waiting_for is not None and kind != "approval_required":
             view.waiting_for, view.status = None, "running"  # the run was resumed
@@ -91,6 +102,8 @@ def build_view(run_id: str, events: Iterable[dict]) -> RunView:
         elif kind == "run_complete":
             view.outcome = payload.get("outcome")
             view.status = str(view.outcome or payload.get("status") or "ended")
+            if isinstance(payload.get("usage"), dict):
+                view.usage = {k: _count(payload["usage"].get(k)) for k in USAGE_KEYS}
         parent.children.append(node)
         nodes[seq] = node
     view.answer = _join_answer(answer)
@@ -196,6 +209,21 @@ def _call_text(payload: dict) -> str:
     return f"{payload.get('tool')}({_short(shown, 80)})"
 
 
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and value > 0 else 0
+
+
+def usage_text(view: RunView) -> str:
+    """One line of what the run spent, or "" while no provider has reported tokens (a
+    scripted run without usage figures prints exactly what it printed before)."""
+    usage = view.usage
+    if not (usage["input_tokens"] or usage["output_tokens"]):
+        return ""
+    calls = usage["model_calls"]
+    return (f"usage: {usage['input_tokens']:,} tokens in, {usage['output_tokens']:,} out, "
+            f"{calls} model call{'' if calls == 1 else 's'}")
+
+
 def _short(text: str, limit: int = 120) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit - 1] + "…"
@@ -235,6 +263,8 @@ def view_lines(view: RunView) -> list[str]:
     walk(view.root, 1)
     if view.answer:
         lines.extend(["", *view.answer.splitlines()])
+    if usage_text(view):
+        lines.extend(["", usage_text(view)])
     return lines
 
 
@@ -251,9 +281,12 @@ def render(view: RunView, max_children: int | None = None) -> RenderableType:
         children = children[hidden:]
     for child in children:
         _add(tree, child)
-    if not view.answer:
-        return tree
-    return Group(tree, Text(""), Text(view.answer))
+    parts: list[RenderableType] = [tree]
+    if view.answer:
+        parts += [Text(""), Text(view.answer)]
+    if usage_text(view):
+        parts += [Text(""), Text(usage_text(view), style="dim")]
+    return parts[0] if len(parts) == 1 else Group(*parts)
 
 
 def _add(tree: Tree, node: Node) -> None:

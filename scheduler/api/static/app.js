@@ -6,7 +6,8 @@
 const TOKEN_KEY = "tickwork.token";
 const REFRESH_MS = 3000;
 const EVENT_TYPES = ["run_start", "step_start", "reasoning_delta", "tool_start", "tool_complete",
-  "content_delta", "budget_refusal", "gate_decision", "approval_required", "run_complete"];
+  "content_delta", "budget_refusal", "gate_decision", "approval_required", "run_complete",
+  "model_usage", "context_masked"];
 // The CLI's marks, except WAITING: its "⏸" has no glyph in common monospace fonts.
 const OK = "✓", FAILED = "✗", RUNNING = "…", WAITING = "‖", AGAIN = "↻", ASKS = "?";
 const GATE_MARKS = {done: OK, plan_complete: OK, question: ASKS, stalled: AGAIN, plan_open: AGAIN,
@@ -152,7 +153,8 @@ async function pendingApprovals() {
 
 function runTable(runs, agents) {
   if (!runs.length) return el("p", {class: "empty"}, "No runs yet.");
-  const names = ["run", "status", "agent", "trigger", "started", "duration", "outcome"];
+  const names = ["run", "status", "agent", "trigger", "started", "duration", "outcome",
+    "tokens in / out"];
   const head = el("tr", {}, ...names.map(name => el("th", {}, name)));
   const rows = runs.map(run => el("tr", {"data-run": run.id},
     el("td", {}, el("a", {href: `#/runs/${run.id}`}, shortId(run.id))),
@@ -161,8 +163,27 @@ function runTable(runs, agents) {
     el("td", {}, trigger(run)),
     el("td", {}, when(run.started_at)),
     el("td", {}, runDuration(run)),
-    el("td", {}, run.outcome || "")));
+    el("td", {}, run.outcome || ""),
+    el("td", {class: "usage"}, tokens(run.usage))));
   return el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows));
+}
+
+/** A run's tokens for the table, as `tickwork runs` shows them; empty before any model call. */
+function tokens(usage) {
+  if (!usage || !usage.model_calls) return "";
+  return `${count(usage.input_tokens)} / ${count(usage.output_tokens)}`;
+}
+
+/** A run's usage in words, as `tickwork tail` ends with it. */
+function usageText(usage) {
+  if (!usage || !(usage.input_tokens || usage.output_tokens)) return "";
+  const calls = usage.model_calls;
+  return `${count(usage.input_tokens)} tokens in, ${count(usage.output_tokens)} out, ` +
+    `${calls} model call${calls === 1 ? "" : "s"}`;
+}
+
+function count(n) {
+  return Number(n || 0).toLocaleString("en-US");
 }
 
 function trigger(run) {
@@ -212,7 +233,7 @@ function runPage(id) {
     const [run, pending] = await Promise.all([api(`/v1/runs/${id}`), pendingApprovals()]);
     agent = agent || await api(`/v1/agents/${run.agent_id}`).then(a => a.name, () => run.agent_id);
     meta.textContent = [`agent ${agent}`, trigger(run), `started ${when(run.started_at)}`,
-      runDuration(run), run.outcome || ""].filter(Boolean).join("  ·  ");
+      runDuration(run), run.outcome || "", usageText(run.usage)].filter(Boolean).join("  ·  ");
     const mine = pending.filter(item => item.execution_id === id);
     redraw(approvals, mine, items => approvalList(items, "Waiting for you", poll.refresh, false));
     if (view.done && !mine.length) poll.stop(); // nothing on this page changes any more
@@ -316,7 +337,9 @@ function applyEvent(view, event) {
     view.waiting = false;
     setStatus(view, "running"); // resumed after the approval
   }
-  if (event.type === "run_start") {
+  if (event.type === "model_usage") {
+    // Accounting, not a step of the run: the page shows the run's stored usage instead.
+  } else if (event.type === "run_start") {
     view.nodes.set(event.seq, view.root);
     setStatus(view, "running");
     if ((payload.attempt || 1) > 1) {

@@ -1,0 +1,68 @@
+"""What people see of usage and run control on the command line: `tickwork runs` shows tokens
+and a run waiting for approval as such; `tickwork tail` ends with the run's usage. The CLI runs
+as a real process against the API served by uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from tests.integration.drivers import ROOT
+from tests.integration.test_cli_tail import TICKWORK, finish, live  # noqa: F401  (fixture)
+from tests.integration.test_run_control import start_by_hand, terminal
+
+
+async def cli(live, token: str, *args: str) -> tuple[int, str, str]:
+    env = {**os.environ, "TICKWORK_API_URL": live.url, "TICKWORK_TOKEN": token, "COLUMNS": "250"}
+    process = await asyncio.create_subprocess_exec(
+        *TICKWORK, *args, cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    return await finish(process)
+
+
+def row_of(out: str, run_id: str) -> str:
+    [row] = [line for line in out.splitlines() if run_id in line]
+    return row
+
+
+async def test_runs_shows_tokens_and_a_run_waiting_for_approval(api, pool, live):
+    done_id, journal = await start_by_hand(api, pool)
+    terminal(journal, {})
+    await journal.finish(status="completed", outcome="done",
+                         usage={"input_tokens": 12345, "output_tokens": 678, "model_calls": 4})
+    waiting_id, journal = await start_by_hand(api, pool)
+    await journal.suspend(state={"messages": []}, version=1, approval_id=f"{waiting_id}:c1",
+                          tool_call_id="c1", tool="demo.send_message", arguments={},
+                          usage={"input_tokens": 50, "output_tokens": 5, "model_calls": 1})
+
+    code, out, err = await cli(live, api.tokens["acme"], "runs")
+    assert code == 0, err
+    assert "tokens in/out" in out
+    done_row, waiting_row = row_of(out, done_id), row_of(out, waiting_id)
+    assert "completed" in done_row and "done" in done_row and "12,345 / 678" in done_row
+    assert "waiting for approval" in waiting_row and "completed" not in waiting_row
+    assert "50 / 5" in waiting_row
+
+    assert (await api.post(f"/v1/runs/{waiting_id}/cancel")).status_code == 202
+    code, out, err = await cli(live, api.tokens["acme"], "runs")
+    assert code == 0, err
+    assert "cancelled" in row_of(out, waiting_id)
+
+
+async def test_tail_ends_with_the_runs_usage(api, pool, live):
+    run_id, journal = await start_by_hand(api, pool)
+    step = journal.emit("step_start", {"turn": 1})
+    journal.emit("model_usage", {"alias": "default", "input_tokens": 2000, "output_tokens": 30},
+                 parent=step)
+    journal.emit("content_delta", {"text": "All done."}, parent=step)
+    journal.emit("model_usage", {"alias": "judge", "input_tokens": 100, "output_tokens": 2},
+                 parent=step)
+    journal.emit("run_complete", {"status": "completed", "outcome": "done"}, parent=1)
+    await journal.finish(status="completed", outcome="done",
+                         usage={"input_tokens": 2100, "output_tokens": 32, "model_calls": 2})
+
+    code, out, err = await cli(live, api.tokens["acme"], "tail", run_id)
+    assert code == 0, err
+    lines = out.rstrip().splitlines()
+    assert lines[-1] == "usage: 2,100 tokens in, 32 out, 2 model calls"
+    assert "All done." in lines and "model_usage" not in out

@@ -10,10 +10,15 @@ from __future__ import annotations
 import asyncio
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from uuid import UUID
+
+import pytest
 
 from scheduler.sweep import sweep_stale
+from sql.journal import RunFenced, RunJournal
 from tests.integration.test_worker_runs import events, make_agent, start_run
 from tests.integration.workers import run_deps, scalar, until
+from worker.claim import claim_execution
 from worker.providers.routing import ProviderSettings, build_router
 from worker.runner import Worker
 from worker.tools.registry import ToolSpec, arguments_model
@@ -131,3 +136,46 @@ async def test_a_fence_found_by_a_background_flush_stops_the_run_and_the_sweep_v
                   (run_id,)) == "failed/timed_out"
     assert scalar(db_url, "SELECT count(*) FROM run_events WHERE execution_id = %s"
                           " AND type = 'tool_start'", (run_id,)) == 0
+
+
+async def claimed_journal(api, pool, run_input: dict) -> RunJournal:
+    """A started run's journal, written by the test itself (no worker)."""
+    run_id = await start_run(api, await make_agent(api, ["demo.get_record"]), run_input)
+    claim = await claim_execution(pool, execution_id=UUID(run_id), task_name=run_id,
+                                  worker_id="test")
+    return RunJournal(pool, UUID(run_id), claim.run_token, next_seq=2, redact=lambda p: p)
+
+
+async def test_events_emitted_between_flushes_land_once_each_in_seq_order(api, pool, db_url):
+    journal = await claimed_journal(api, pool, {})
+    for i in range(120):  # background flushes and explicit ones interleave
+        journal.emit("content_delta", {"text": f"part {i}"}, parent=1)
+        if i % 7 == 0:
+            await asyncio.sleep(0)
+        if i % 40 == 39:
+            await journal.flush()
+    journal.emit("run_complete", {"status": "completed", "outcome": "done"}, parent=1)
+    await journal.finish(status="completed", outcome="done")
+    stored = await events(api, str(journal.execution_id))
+    assert [e["seq"] for e in stored] == list(range(1, 123))
+    assert [e["payload"]["text"] for e in stored[1:-1]] == [f"part {i}" for i in range(120)]
+
+
+async def test_a_fence_found_in_the_background_is_raised_at_the_runs_next_write(api, pool,
+                                                                                db_url):
+    journal = await claimed_journal(api, pool, {})
+    run_id = str(journal.execution_id)
+    journal.emit("step_start", {"turn": 1}, parent=1)  # no flush call: the background writes it
+    await until(db_url, *has_event(run_id, "step_start"), timeout=30)
+    deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
+    assert (await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)).failed == 1
+    journal.emit("content_delta", {"text": "late"}, parent=2)
+    await journal._background  # the background flush meets the fence and keeps it
+    with pytest.raises(RunFenced):
+        await journal.flush()
+    journal.emit("run_complete", {"status": "completed"}, parent=1)
+    with pytest.raises(RunFenced):
+        await journal.finish(status="completed", outcome="done")
+    assert [e["type"] for e in await events(api, run_id)] == [
+        "run_start", "step_start", "run_complete"]  # the sweep's verdict, last
+    assert scalar(db_url, "SELECT outcome FROM executions WHERE id = %s", (run_id,)) == "timed_out"

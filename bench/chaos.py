@@ -143,7 +143,7 @@ def soak(args: argparse.Namespace, root: Path) -> dict:
     env = {**os.environ, "TICKWORK_DATABASE_URL": url}
     say(tickwork(env, "migrate"))
     tenant_token = tickwork(env, "token", "create", "--tenant", "chaos")
-    operator_token = tickwork(env, "token", "create", "--tenant", "operators", "--admin")
+    operator_token = tickwork(env, "token", "create", "--operator")
     logs = root / "logs"
     logs.mkdir()
     api_port = free_port()

@@ -12,13 +12,12 @@ import typer
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.markup import escape
-from rich.text import Text
 
 from tickwork.client import err, fail
 from tickwork.run_tree import build_view, render
 from tickwork.settings import ClientSettings
 from tickwork.sse_follow import READ_TIMEOUT_SECONDS, Ending, Follower, TailError
-from tickwork.terminal_text import json_line, safe
+from tickwork.terminal_text import json_line, plain, safe
 
 # --------------------------------------------------------------------------------------------
 # The command
@@ -68,7 +67,7 @@ def _draw(http: httpx.Client, run_id: str) -> Ending:
     def live_view() -> RenderableType:  # called by Live's refresh thread
         tree = render(build_view(run_id, list(events)), max_children=max(4, console.height // 3))
         problem = follower.problem
-        return Group(tree, Text(problem, style="yellow")) if problem else tree
+        return Group(tree, plain(problem, "yellow")) if problem else tree
 
     try:
         if console.is_terminal:

@@ -107,6 +107,14 @@ async def principal_only(request: Request) -> Principal:
     return tenant_only(await any_principal(request))
 
 
+async def admin_principal(principal: Principal = Depends(principal_only)) -> Principal:
+    """A tenant's admin token (not an operator's)."""
+    if not principal.is_admin:
+        raise Forbidden("this route needs an admin token (`tickwork token create --tenant NAME "
+                        "--admin`)")
+    return principal
+
+
 async def operator_principal(principal: Principal = Depends(any_principal)) -> Principal:
     """Cluster-wide routes (metrics spanning tenants, the global tick): operator tokens only."""
     if not principal.is_operator:

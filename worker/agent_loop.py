@@ -24,8 +24,9 @@ from worker.calls import CallPolicy, NeedsApproval, harness_named, process_call
 from worker.context import masked_count, masked_for_model
 from worker.model import ContextTooLong, Message, ModelProvider, Reply
 from worker.state import Pending, RunState
-from worker.stop_gate import (GateDecision, GateSettings, decide_empty, decide_with_verdict,
-                              decide_without_judge, judge_messages, parse_verdict, route)
+from worker.stop_gate import (UNREADABLE, GateDecision, GateSettings, decide_empty,
+                              decide_with_verdict, decide_without_judge, judge_messages,
+                              parse_verdict, route)
 from worker.streaming import TextStream
 from worker.toolbox import ToolBox
 from worker.walls import hard_cap_reached, hard_stop_message, token_stop_message, turn_warning
@@ -207,12 +208,7 @@ async def stop_gate(state: RunState, loop: Loop, step: int, reply: Reply) -> Gat
     else:
         decision = decide_without_judge(state.plan, state.units_left)
     if decision is None:
-        window = state.messages[-loop.gate.judge_window:]
-        judged = await loop.provider.complete("judge", judge_messages(window), [],
-                                              state.view(loop.run_input))
-        state.judge_calls += 1
-        count_usage(state, loop.journal, "judge", judged, step)
-        verdict, reason = parse_verdict(judged.text)
+        verdict, reason = await ask_judge(state, loop, step)
         decision = decide_with_verdict(verdict, reason, state.units_left)
     if decision.spends_unit:
         state.units_left -= 1
@@ -222,6 +218,31 @@ async def stop_gate(state: RunState, loop: Loop, step: int, reply: Reply) -> Gat
                                         "injected": decision.inject,
                                         "units_left": state.units_left}, parent=step)
     return decision
+
+
+async def ask_judge(state: RunState, loop: Loop, step: int) -> tuple[str, str]:
+    """The judge's (verdict, reason) on the last messages. A judge whose model says the prompt
+    is too long is asked once more with every message cut shorter (journaled as
+    context_masked); a second refusal reads as an unreadable verdict, so stalled."""
+    window = state.messages[-loop.gate.judge_window:]
+
+    async def ask(compact: bool) -> Reply:
+        return await loop.provider.complete("judge", judge_messages(window, compact=compact), [],
+                                            state.view(loop.run_input))
+    try:
+        judged = await ask(False)
+    except ContextTooLong as exc:
+        loop.journal.emit("context_masked", {
+            "alias": "judge", "reason": "context_too_long", "error": str(exc)[:300],
+            "compact": True, "retry": 1}, parent=step)
+        try:
+            judged = await ask(True)
+        except ContextTooLong as again:
+            return "stalled", (f"{UNREADABLE}: the judge's prompt was too long for its model "
+                               f"even shortened ({str(again)[:200]})")
+    state.judge_calls += 1
+    count_usage(state, loop.journal, "judge", judged, step)
+    return parse_verdict(judged.text)
 
 
 def record_reply(journal: RunJournal, reply: Reply, step: int) -> None:

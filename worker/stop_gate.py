@@ -33,6 +33,8 @@ WRAP_UP = ("This is your last chance to continue: wrap up with what you have and
            "best final answer now.")
 TOOL_RESULT_CHARS = 500  # the judge needs to see that a result came back, not all of it
 CONTENT_CHARS = 4000  # keeps one huge message from crowding out the rest of the window
+# The shortened prompt, for a judge whose model said the full one was too long.
+COMPACT_TOOL_RESULT_CHARS, COMPACT_CONTENT_CHARS = 150, 600
 
 _VERDICT = "(done|question|stalled)"
 _MARKUP = r"[\s*_`#>\"'.!]*"  # markdown or quotes around a label, punctuation after it
@@ -134,24 +136,27 @@ def _from_lines(body: str) -> tuple[str, str] | None:
     return match.group(1).lower(), "\n".join(filter(None, (reason, rest)))
 
 
-def judge_messages(window: list[Message]) -> list[Message]:
+def judge_messages(window: list[Message], *, compact: bool = False) -> list[Message]:
     """The judge's prompt: a system message explaining the three verdicts and the answer
-    format, then one user message rendering the window (the last few messages of the run)."""
-    lines = [_render(message) for message in window]
+    format, then one user message rendering the window (the last few messages of the run).
+    ``compact`` cuts each message shorter, for a model with a small context."""
+    limits = ((COMPACT_TOOL_RESULT_CHARS, COMPACT_CONTENT_CHARS) if compact else
+              (TOOL_RESULT_CHARS, CONTENT_CHARS))
+    lines = [_render(message, *limits) for message in window]
     body = ("Transcript (most recent last):\n\n" + "\n\n".join(lines) +
             "\n\nClassify the agent's last turn: done, question or stalled.")
     return [Message("system", JUDGE_SYSTEM), Message("user", body)]
 
 
-def _render(message: Message) -> str:
+def _render(message: Message, tool_chars: int, content_chars: int) -> str:
     # Harness-written messages (nudges, refusals) are marked so the judge does not credit
     # them to the agent.
     role = f"{message.role} (harness)" if message.injected else message.role
-    limit = TOOL_RESULT_CHARS if message.role == "tool" else CONTENT_CHARS
+    limit = tool_chars if message.role == "tool" else content_chars
     parts = [f"{role}: {_truncate(message.content, limit)}"]
     for call in message.tool_calls:
         arguments = json.dumps(call.arguments, sort_keys=True, ensure_ascii=False, default=str)
-        parts.append(f"  -> calls {call.name}({_truncate(arguments, TOOL_RESULT_CHARS)})")
+        parts.append(f"  -> calls {call.name}({_truncate(arguments, tool_chars)})")
     return "\n".join(parts)
 
 

@@ -456,3 +456,39 @@ async def test_streamed_text_is_journaled_in_batches_and_not_again_whole(api, po
     assert all(d.get("streamed") for d in deltas)
     assert 1 < len(deltas) < len(range(0, len(text), 2))  # batched, not one per piece
     assert run["outcome"] == "done"
+
+
+class JudgeLimit(Recording):
+    """Refuses a judge request over ``limit`` characters."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    async def complete(self, alias, messages, tools, run, *, on_text=None):
+        if alias == "judge" and size(messages) > self.limit:
+            raise ContextTooLong(f"maximum context length is {self.limit}")
+        return await super().complete(alias, messages, tools, run, on_text=on_text)
+
+
+LONG_ANSWER = {"script": [{"text": "The summary: " + "records look fine; " * 200}]}
+
+
+async def test_a_judge_whose_prompt_is_too_long_is_asked_again_with_a_shorter_one(api, pool,
+                                                                                  db_url):
+    agent_id = await agent(api, ["demo.get_record"])
+    run, journal = await run_through(api, pool, db_url, agent_id, LONG_ANSWER,
+                                     provider=JudgeLimit(limit=3500))
+    assert run["outcome"] == "done"
+    masked = of_type(journal, "context_masked")
+    assert len(masked) == 1 and masked[0]["alias"] == "judge"
+
+
+async def test_a_judge_that_cannot_be_asked_at_all_counts_as_stalled_never_done(api, pool,
+                                                                                db_url):
+    agent_id = await agent(api, ["demo.get_record"])
+    run, journal = await run_through(api, pool, db_url, agent_id, LONG_ANSWER,
+                                     provider=JudgeLimit(limit=100))
+    gates = of_type(journal, "gate_decision")
+    assert gates[0]["verdict"] == "stalled" and "too long" in gates[0]["reason"]
+    assert run["outcome"] == "stalled_out" and gates[-1]["verdict"] == "stalled_out"

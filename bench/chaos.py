@@ -21,6 +21,9 @@ an API (`tickwork api`), two `tickwork scheduler` and two `tickwork worker`.
   SIGKILL and is started again at once; once, between 35% and 65% of the way, Postgres is
   stopped (fast shutdown: every connection is cut) and started again 2 s later on its port. A
   process that exits on its own is restarted too, and counted.
+- Live tails: every second a few queued or running runs (up to --tails) are followed over the
+  API's SSE stream from their first event, reconnecting with Last-Event-ID after a drop
+  (bench/chaos_tails.py); what each received is compared with the committed journal (I7).
 - Drain: the schedules are paused through the API; the processes keep running and the API's
   `POST /v1/tick` is called every 10 s (the external-cron path) so that runs orphaned by a kill
   are swept and retried without waiting for the minute, until nothing is queued or running (at
@@ -29,7 +32,7 @@ an API (`tickwork api`), two `tickwork scheduler` and two `tickwork worker`.
 Readable lines go to stdout as it runs; the very last line is one JSON object with the counts.
 Exit status 1 when an invariant failed (I1 one first-attempt execution per schedule and minute,
 I2 no minute lost, I3 no run started twice, I4 every chain completed exactly once, I6 journals
-without gaps and well formed).
+without gaps and well formed, I7 each live tail received exactly the committed journal).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from psycopg import sql as pgsql
 
 from chaos_checks import check_all, violations  # bench/chaos_checks.py
 from chaos_fleet import API_RETRIES, Fleet, call, free_port, tickwork, wait_healthy
+from chaos_tails import Tails
 from scratch import say  # bench/scratch.py
 from sql.embedded import EmbeddedPostgres, start_embedded
 
@@ -96,14 +100,18 @@ def db_minute(url: str) -> datetime:
 
 
 def chaos(fleet: Fleet, server: EmbeddedPostgres, root: Path, minutes: float,
-          rng: random.Random) -> tuple[EmbeddedPostgres, dict[str, int]]:
+          rng: random.Random, tails: Tails) -> tuple[EmbeddedPostgres, dict[str, int]]:
     duration = minutes * 60
     started = time.monotonic()
     next_kill = rng.uniform(8, 20)
     pg_restart_at = rng.uniform(0.35, 0.65) * duration
     kills = {"scheduler": 0, "worker": 0}
+    next_pick = 0.0
     while (elapsed := time.monotonic() - started) < duration:
         fleet.restart_the_dead(elapsed)
+        if elapsed >= next_pick:
+            tails.pick()
+            next_pick = elapsed + 1
         if pg_restart_at is not None and elapsed >= pg_restart_at:
             say(f"  t+{elapsed:5.1f}s  Postgres: fast stop, 2 s down, start")
             server = restart_postgres(server, root)
@@ -163,15 +171,18 @@ def soak(args: argparse.Namespace, root: Path) -> dict:
                 fleet.start(name)
             say(f"chaos for {args.minutes:g} min: 2 schedulers, 2 workers (concurrency "
                 f"{args.concurrency}), 1 API; logs in {logs}")
-            server, kills = chaos(fleet, server, root / "pg", args.minutes, rng)
+            tails = Tails(base, tenant_token, args.tails)
+            server, kills = chaos(fleet, server, root / "pg", args.minutes, rng, tails)
             must_reach = db_minute(url)
             for schedule_id in first:
                 call(tenant, "PATCH", f"/v1/schedules/{schedule_id}", json={"status": "paused"})
             say(f"chaos over at {must_reach:%H:%M} UTC; schedules paused; draining")
             drain_s, left = drain(fleet, url, operator, args.drain_minutes * 60)
             say(f"drained in {drain_s:.0f}s; {left} runs still queued or running")
+            tails.join(timeout=60)
         fleet.stop_all()  # SIGTERM; the checks read a database nothing writes to any more
         found = check_all(url, first, must_reach)
+        found["tails"] = tails.check(url)
     finally:
         fleet.stop_all()
         server.stop()  # by its data folder: a handle from before the restart stops it too
@@ -203,6 +214,11 @@ def report(args: argparse.Namespace, result: dict) -> int:
         f"{journals['journals_not_opened_by_run_start']}; finished without one run_complete: "
         f"{journals['finished_without_one_run_complete']}; events after run_complete: "
         f"{journals['events_after_run_complete']}")
+    tails = found["tails"]
+    say(f"live tails (SSE, Last-Event-ID after drops): {tails['tails']}; received exactly the "
+        f"journal: {tails['tails'] - tails['tails_mismatched'] - tails['tails_unfinished']}; "
+        f"mismatched: {tails['tails_mismatched']}; never saw run_complete: "
+        f"{tails['tails_unfinished']}; reconnects: {tails['tail_reconnects']}")
     say("PASS" if not failed else "FAIL: " + "; ".join(failed))
     say(json.dumps({
         "minutes": args.minutes, "schedules": args.schedules, "seed": args.seed,
@@ -223,6 +239,8 @@ def report(args: argparse.Namespace, result: dict) -> int:
                                + journals["finished_without_one_run_complete"]
                                + journals["events_after_run_complete"]
                                + journals["queued_with_events"]),
+        "tails": tails["tails"], "tails_mismatched": tails["tails_mismatched"],
+        "tails_unfinished": tails["tails_unfinished"], "tail_reconnects": tails["tail_reconnects"],
         "drain_s": result["drain_s"], "ok": not failed}))
     return 1 if failed else 0
 
@@ -234,6 +252,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="runs at once per worker")
     parser.add_argument("--drain-minutes", type=float, default=4.0,
                         help="at most this long for orphaned runs to be swept and retried")
+    parser.add_argument("--tails", type=int, default=24, help="runs followed live over SSE")
     parser.add_argument("--seed", type=int, default=None, help="for the kill schedule")
     parser.add_argument("--keep", action="store_true", help="keep the data and logs folder")
     args = parser.parse_args()

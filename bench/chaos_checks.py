@@ -147,7 +147,7 @@ def check_all(url: str, first_next_run: dict[str, datetime], must_reach: datetim
 
 
 def violations(found: dict[str, Any]) -> list[str]:
-    """The invariants (I1, I2, I3, I4, I6) that failed, as sentences; empty when all held."""
+    """The invariants (I1, I2, I3, I4, I6, I7) that failed, as sentences; empty when all held."""
     slots, chains, journals = found["slots"], found["chains"], found["journals"]
     rules = [
         (slots["slots"] > 0, "nothing fired during the soak: it proves nothing (run it longer)"),
@@ -167,4 +167,9 @@ def violations(found: dict[str, Any]) -> list[str]:
         (journals["events_after_run_complete"] == 0, "I6: an event follows run_complete"),
         (journals["queued_with_events"] == 0, "I6: a run that never started has events"),
     ]
+    if (tails := found.get("tails")) is not None:
+        rules += [(tails["tails"] > 0, "I7: no run was followed live"),
+                  (tails["tails_mismatched"] == 0, "I7: a live tail did not receive exactly the "
+                                                   "committed journal"),
+                  (tails["tails_unfinished"] == 0, "I7: a live tail never saw run_complete")]
     return [message for held, message in rules if not held]

@@ -102,7 +102,8 @@ WITH per_run AS (
 SELECT count(*) FILTER (WHERE n > 0) AS journals,
        count(*) FILTER (WHERE n > 0 AND (first_seq <> 1 OR last_seq <> n)) AS journals_with_gaps,
        count(*) FILTER (WHERE starts > 1) AS journals_started_twice,
-       count(*) FILTER (WHERE n > 0 AND first_type <> 'run_start') AS journals_not_opened_by_run_start,
+       count(*) FILTER (WHERE n > 0 AND first_type <> 'run_start')
+           AS journals_not_opened_by_run_start,
        count(*) FILTER (WHERE completes <> 1 AND (status IN ('failed', 'cancelled')
                            OR (status = 'completed' AND breadcrumb IS DISTINCT FROM 'suspended')))
            AS finished_without_one_run_complete,
@@ -134,7 +135,8 @@ def check_all(url: str, first_next_run: dict[str, datetime], must_reach: datetim
               ) -> dict[str, Any]:
     """Every count the soak prints, from one read of its database after everything stopped."""
     with psycopg.connect(url) as conn:
-        slots = _row(conn, SLOTS, {"ids": list(first_next_run), "first": list(first_next_run.values()),
+        slots = _row(conn, SLOTS, {"ids": list(first_next_run),
+                                   "first": list(first_next_run.values()),
                                    "must_reach": must_reach})
         skipped = dict(conn.execute(SKIPPED_BY_REASON).fetchall())
         chains = _row(conn, CHAINS)
@@ -155,7 +157,8 @@ def violations(found: dict[str, Any]) -> list[str]:
                                          "execution"),
         (slots["slots_missing"] == 0, "I2: a minute a schedule passed has neither an execution nor "
                                       "a skipped-fire record"),
-        (slots["schedules_behind"] == 0, "I2: a schedule's next_run did not reach the end of the soak"),
+        (slots["schedules_behind"] == 0, "I2: a schedule's next_run did not reach the end of "
+                                         "the soak"),
         (journals["journals_started_twice"] == 0, "I3: a run started twice"),
         (chains["chains_completed"] == chains["chains"], "I4: a chain did not reach completed"),
         (chains["chains_completed_twice"] == 0, "I4: a chain completed twice"),

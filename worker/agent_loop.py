@@ -6,11 +6,9 @@ applies its precedence: the hard budget stop, then a person's cancel, then conti
 transaction is open across a model or tool call: the journal appends in its own short
 transactions between them.
 
-Around each model call: the reply's tool calls are renamed by the harness before anything
-else sees them; what is sent masks old tool results (worker/context.py), and a provider that
-says the context is too long gets that one call again, once, with everything older than the
-current turn masked; every call's usage is added to the run and journaled (model_usage); a
-streaming provider's text is journaled as it arrives (worker/streaming.py).
+A reply's tool calls are renamed by the harness (worker/calls.py) before anything keys on
+them; the model calls themselves, with their masking, context retry, usage and streaming,
+are worker/model_turn.py's.
 """
 
 from __future__ import annotations
@@ -21,13 +19,11 @@ from typing import Any, Awaitable, Callable
 
 from sql.journal import RunJournal
 from worker.calls import CallPolicy, NeedsApproval, harness_named, process_call
-from worker.context import masked_count, masked_for_model
-from worker.model import ContextTooLong, Message, ModelProvider, Reply
+from worker.model import Message, ModelProvider, Reply
+from worker.model_turn import ContextExhausted, ask_judge, call_model, record_reply
 from worker.state import Pending, RunState
-from worker.stop_gate import (UNREADABLE, GateDecision, GateSettings, decide_empty,
-                              decide_with_verdict, decide_without_judge, judge_messages,
-                              parse_verdict, route)
-from worker.streaming import TextStream
+from worker.stop_gate import (GateDecision, GateSettings, decide_empty, decide_with_verdict,
+                              decide_without_judge, route)
 from worker.toolbox import ToolBox
 from worker.walls import hard_cap_reached, hard_stop_message, token_stop_message, turn_warning
 
@@ -70,9 +66,10 @@ async def run_agent(state: RunState, loop: Loop) -> RunOutcome | Suspension:
         if ended is not None:
             return ended
         step = begin_step(state, loop.journal)
-        reply = await call_model(state, loop, step)
-        if isinstance(reply, RunOutcome):
-            return reply
+        try:
+            reply = await call_model(state, loop, step)
+        except ContextExhausted as exc:
+            return RunOutcome("failed", "failed", str(exc), last_answer(state))
         state.model_turns += 1
         calls = harness_named(reply.tool_calls, step)  # before anything keys on an id
         record_reply(loop.journal, reply, step)
@@ -87,60 +84,6 @@ async def run_agent(state: RunState, loop: Loop) -> RunOutcome | Suspension:
         if paused is not None:
             return paused
         await loop.journal.flush()
-
-
-async def call_model(state: RunState, loop: Loop, step: int) -> Reply | RunOutcome:
-    """One model turn: the messages with old results masked, text journaled as it streams.
-    A context-too-long answer is retried once with everything older than the current turn
-    masked (journaled as context_masked); a second one fails the run, never a loop."""
-    sent = masked_for_model(state.messages, 1 if state.context_tight else loop.keep_turns)
-    try:
-        return await _complete(state, loop, step, sent)
-    except ContextTooLong as exc:
-        tight = masked_for_model(state.messages, 1)
-        said = str(exc)[:300]
-        if state.context_tight or [m.content for m in tight] == [m.content for m in sent]:
-            return _too_long(state, f"nothing more could be masked (the provider said: {said})")
-        state.context_tight = True  # from now on, so every later call does not fail first
-        loop.journal.emit("context_masked", {
-            "reason": "context_too_long", "error": said, "keep_turns": 1,
-            "masked_results": masked_count(tight, state.messages), "retry": 1}, parent=step)
-    try:
-        return await _complete(state, loop, step, tight)
-    except ContextTooLong as exc:
-        return _too_long(state, f"even with every tool result older than the current turn "
-                                f"masked (the provider said: {str(exc)[:300]})")
-
-
-async def _complete(state: RunState, loop: Loop, step: int, sent: list[Message]) -> Reply:
-    stream = TextStream(lambda payload: loop.journal.emit("content_delta", payload, parent=step),
-                        monotonic=loop.monotonic)
-    try:
-        reply = await loop.provider.complete("default", sent, loop.toolbox.schemas(),
-                                             state.view(loop.run_input), on_text=stream)
-    except BaseException:
-        stream.discard()
-        raise
-    if reply.streamed:
-        stream.close()  # the remainder; the whole text is not journaled again
-    else:
-        stream.discard()
-    count_usage(state, loop.journal, "default", reply, step)
-    return reply
-
-
-def _too_long(state: RunState, why: str) -> RunOutcome:
-    return RunOutcome("failed", "failed", f"The conversation no longer fits the model's context "
-                      f"{why}.", last_answer(state))
-
-
-def count_usage(state: RunState, journal: RunJournal, alias: str, reply: Reply,
-                step: int) -> None:
-    """Add a model call's cost to the run; journal the per-call figures when reported."""
-    state.add_usage(reply.usage)
-    if reply.usage is not None:
-        journal.emit("model_usage", {"alias": alias, "input_tokens": reply.usage.input_tokens,
-                                     "output_tokens": reply.usage.output_tokens}, parent=step)
 
 
 async def run_pending(state: RunState, loop: Loop) -> Suspension | None:
@@ -218,38 +161,6 @@ async def stop_gate(state: RunState, loop: Loop, step: int, reply: Reply) -> Gat
                                         "injected": decision.inject,
                                         "units_left": state.units_left}, parent=step)
     return decision
-
-
-async def ask_judge(state: RunState, loop: Loop, step: int) -> tuple[str, str]:
-    """The judge's (verdict, reason) on the last messages. A judge whose model says the prompt
-    is too long is asked once more with every message cut shorter (journaled as
-    context_masked); a second refusal reads as an unreadable verdict, so stalled."""
-    window = state.messages[-loop.gate.judge_window:]
-
-    async def ask(compact: bool) -> Reply:
-        return await loop.provider.complete("judge", judge_messages(window, compact=compact), [],
-                                            state.view(loop.run_input))
-    try:
-        judged = await ask(False)
-    except ContextTooLong as exc:
-        loop.journal.emit("context_masked", {
-            "alias": "judge", "reason": "context_too_long", "error": str(exc)[:300],
-            "compact": True, "retry": 1}, parent=step)
-        try:
-            judged = await ask(True)
-        except ContextTooLong as again:
-            return "stalled", (f"{UNREADABLE}: the judge's prompt was too long for its model "
-                               f"even shortened ({str(again)[:200]})")
-    state.judge_calls += 1
-    count_usage(state, loop.journal, "judge", judged, step)
-    return parse_verdict(judged.text)
-
-
-def record_reply(journal: RunJournal, reply: Reply, step: int) -> None:
-    if reply.reasoning:
-        journal.emit("reasoning_delta", {"text": reply.reasoning}, parent=step)
-    if reply.text and not reply.streamed:  # streamed text was journaled as it came
-        journal.emit("content_delta", {"text": reply.text}, parent=step)
 
 
 def gathered_summary(state: RunState) -> str:

@@ -213,7 +213,8 @@ async def _release(journal: RunJournal, bound, approval_id: str | None,
         journal.emit("gate_decision", {
             "verdict": "released", "released": True, "resume": approval_id,
             "reason": "released: the worker shut down before the resumed run finished; the "
-                      "decision stands and the run resumes again at once"}, parent=ROOT_SEQ)
+                      "decision stands and the run resumes again at once",
+            "units_left": (saved_state or {}).get("units_left")}, parent=ROOT_SEQ)
     released = await journal.release(approval_id, saved_state)
     bound.warning("run_released", **{k: str(v) for k, v in released.items()})
 

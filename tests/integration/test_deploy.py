@@ -87,6 +87,7 @@ async def test_a_released_resumed_run_keeps_its_decision_and_never_sends_twice(a
     journal = await events(api, run_id)
     assert journal[-1]["type"] == "gate_decision"
     assert journal[-1]["payload"]["verdict"] == "released"
+    assert journal[-1]["payload"]["units_left"] == 20  # as the run will have them again
     assert "run_complete" not in [e["type"] for e in journal]
     async with gated_worker(pool, db_url, model=opened()):
         await until(db_url, *has_event(run_id, "run_complete"), timeout=30)

@@ -5,6 +5,7 @@ as a real process against the API served by uvicorn."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 
 from tests.integration.drivers import ROOT
@@ -66,3 +67,27 @@ async def test_tail_ends_with_the_runs_usage(api, pool, live):
     lines = out.rstrip().splitlines()
     assert lines[-1] == "usage: 2,100 tokens in, 32 out, 2 model calls"
     assert "All done." in lines and "model_usage" not in out
+
+
+async def test_a_tail_left_open_on_a_waiting_run_closes_when_the_run_is_cancelled(api, pool, live):
+    run_id, journal = await start_by_hand(api, pool)
+    journal.emit("approval_required", {"approval_id": f"{run_id}:c1", "tool": "demo.send_message"},
+                 parent=1)
+    await journal.suspend(state={"messages": []}, version=1, approval_id=f"{run_id}:c1",
+                          tool_call_id="c1", tool="demo.send_message", arguments={})
+    env = {**os.environ, "TICKWORK_API_URL": live.url, "TICKWORK_TOKEN": api.tokens["acme"]}
+    process = await asyncio.create_subprocess_exec(
+        *TICKWORK, "tail", run_id, "--json", cwd=ROOT, env=env, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    seen = []
+    while not seen or seen[-1]["type"] != "approval_required":  # the tail is live and waiting
+        line = await asyncio.wait_for(process.stdout.readline(), 30)
+        assert line, (await process.stderr.read()).decode()
+        seen.append(json.loads(line))
+    assert process.returncode is None
+
+    assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 202
+    code, out, err = await finish(process, timeout=30)
+    [end] = [json.loads(line) for line in out.splitlines()]
+    assert (end["type"], end["payload"]["outcome"]) == ("run_complete", "cancelled")
+    assert code == 1, err  # the run did not end done

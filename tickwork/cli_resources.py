@@ -262,7 +262,8 @@ def tokens_text(usage: dict | None) -> str:
     return f"{usage['input_tokens']:,} / {usage['output_tokens']:,}"
 
 
-def list_approvals(status: str = typer.Option("pending", help="pending, approved, rejected or cancelled.")) -> None:
+def list_approvals(status: str = typer.Option(
+        "pending", help="pending, approved, rejected or cancelled.")) -> None:
     """Tool calls waiting for a person (or already decided)."""
     table = Table("id", "tool", "arguments", "status")
     for a in ApiClient().items("/v1/approvals", {"status": status}):

@@ -48,7 +48,7 @@ def fake(n: int) -> str:
     return "".join(alphabet[(i * 7) % len(alphabet)] for i in range(n))
 
 
-def plain_events() -> list[dict]:
+def plain_events() -> list:
     """What most of a journal is: nothing to redact."""
     records = [{"id": i, "title": f"Record {i}", "category": "invoice", "amount": 120.5 + i,
                 "created": f"2026-06-{1 + i % 28:02d}T10:00:00Z", "owner": str(uuid.UUID(int=i)),
@@ -65,6 +65,7 @@ def plain_events() -> list[dict]:
          "arguments": {"query": "overdue invoices", "limit": 20, "category": "invoice"}},
         {"tool": "demo.search_records", "call_id": "c_1", "ok": True, "result_chars": 2400,
          "duration_ms": 12.5, "result": json.dumps(records)},
+        records,  # a tool's value as the toolbox redacts it, before it is rendered
         {"offloaded": True, "file_ref": "f_" + uuid.uuid4().hex, "chars": 48000,
          "preview": json.dumps(records)[:1500]},
         {"input_tokens": 1830, "output_tokens": 212, "model": "gpt-4o-mini", "turn": 3},

@@ -4,6 +4,7 @@ run has to pause)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from uuid import UUID, uuid4
 
@@ -20,7 +21,7 @@ from tests.integration.api_checks import assert_error, fingerprint
 from tests.integration.test_honest_runs import paused_run
 from tests.integration.test_roles import granted  # noqa: F401  (fixture)
 from tests.integration.test_worker_runs import events
-from tests.integration.workers import running_worker, scalar
+from tests.integration.workers import running_worker, scalar, until
 from worker.claim import claim_queued_runs, claim_resume
 
 ZERO = {"input_tokens": 0, "output_tokens": 0, "model_calls": 0}
@@ -266,3 +267,36 @@ async def test_cancel_after_an_approval_drops_the_queued_resume_and_nothing_is_s
     assert (run["status"], run["outcome"]) == ("cancelled", "cancelled")
     assert scalar(db_url, "SELECT count(*) FROM demo_outbox") == 0
     assert [e["type"] for e in await events(api, run_id)].count("run_complete") == 1
+
+
+async def test_approve_and_cancel_racing_on_waiting_runs_never_send_and_agree(api, pool, db_url):
+    """Ten waiting runs, each approved and cancelled at the same moment on two connections:
+    every run ends cancelled with one terminal event, nothing is sent, and each approval is
+    what its decision's answer said (approved with a 200, or cancelled with a 409)."""
+    agent = (await api.post("/v1/agents", json={"name": "racer",
+                                                "tools": ["demo.send_message"]})).json()
+    send = {"script": [{"tool_calls": [{"name": "demo.send_message",
+                                        "arguments": {"recipient": "ops", "text": "x"}}]},
+                       {"text": "Sent."}]}
+    run_ids = [(await api.post(f"/v1/agents/{agent['id']}/runs",
+                               json={"input": send})).json()["id"] for _ in range(10)]
+    async with running_worker(pool, db_url):
+        await until(db_url, "SELECT count(*) = 10 FROM approvals WHERE status = 'pending'")
+    approvals = {a["execution_id"]: a["id"] for a in
+                 (await api.get("/v1/approvals", params={"limit": 50})).json()["items"]}
+
+    async def race(run_id):
+        return await asyncio.gather(api.post(f"/v1/approvals/{approvals[run_id]}/approve"),
+                                    api.post(f"/v1/runs/{run_id}/cancel"))
+
+    answers = dict(zip(run_ids, await asyncio.gather(*[race(r) for r in run_ids])))
+    async with running_worker(pool, db_url):  # any resume that slipped through is delivered
+        await until(db_url, "SELECT count(*) = 0 FROM queue_tasks")
+    for run_id, (decided, cancelled) in answers.items():
+        assert cancelled.status_code == 202, cancelled.text
+        run = await run_json(api, run_id)
+        assert (run["status"], run["outcome"]) == ("cancelled", "cancelled")
+        status = scalar(db_url, "SELECT status FROM approvals WHERE id = %s", (approvals[run_id],))
+        assert (decided.status_code, status) in ((200, "approved"), (409, "cancelled")), decided.text
+        assert [e["type"] for e in await events(api, run_id)].count("run_complete") == 1
+    assert scalar(db_url, "SELECT count(*) FROM demo_outbox") == 0

@@ -102,7 +102,7 @@ async def _guarded(execution: dict, agent: dict | None, journal: RunJournal, dep
     except asyncio.TimeoutError:
         return await _timed_out(execution["id"], journal, deps.pool, bound)
     except asyncio.CancelledError:  # the worker's grace period is over
-        await _release(journal, bound, approval_id, execution.get("state"))
+        await _release(journal, bound, deps.pool, execution, approval_id)
         raise
     except RunFenced:
         raise
@@ -204,12 +204,14 @@ async def _finish(journal: RunJournal, outcome: RunOutcome, bound,
     return {"status": outcome.status, "outcome": outcome.outcome}
 
 
-async def _release(journal: RunJournal, bound, approval_id: str | None,
-                   saved_state: dict[str, Any] | None) -> None:
+async def _release(journal: RunJournal, bound, pool: AsyncConnectionPool, execution: dict,
+                   approval_id: str | None) -> None:
     """Hand the unfinished run to another worker at once (sql.lifecycle.release_run). A
     resumed run goes back to its pause with the state its resume started from, so the decided
     call is still pending in it (replayed from the tool-call store if it already ran)."""
+    saved_state = None
     if approval_id is not None:  # not an end: the run goes back to its pause
+        saved_state = await _state_at_rest(pool, execution)
         journal.emit("gate_decision", {
             "verdict": "released", "released": True, "resume": approval_id,
             "reason": "released: the worker shut down before the resumed run finished; the "
@@ -217,6 +219,19 @@ async def _release(journal: RunJournal, bound, approval_id: str | None,
             "units_left": (saved_state or {}).get("units_left")}, parent=ROOT_SEQ)
     released = await journal.release(approval_id, saved_state)
     bound.warning("run_released", **{k: str(v) for k, v in released.items()})
+
+
+async def _state_at_rest(pool: AsyncConnectionPool, execution: dict) -> dict[str, Any]:
+    """The consumed state, to be saved again. The decided call's real arguments stay at rest
+    only while it may still have to run (approved, no stored result): once it ran or was
+    rejected they are redacted, as for any decided call; the resume replays or refuses it."""
+    saved = execution["state"]
+    calls = (saved.get("pending") or {}).get("calls") or []
+    if not calls or (execution["approval_status"] == "approved"
+                     and await _stored(pool, execution["id"], calls[0]["id"]) is None):
+        return saved
+    decided = {**calls[0], "arguments": redact(calls[0]["arguments"])}
+    return {**saved, "pending": {**saved["pending"], "calls": [decided, *calls[1:]]}}
 
 
 async def _timed_out(execution_id: UUID, journal: RunJournal, pool: AsyncConnectionPool,

@@ -13,7 +13,9 @@ from tests.integration.test_visible_events import Gate, gated_worker, has_event
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import scalar, until
 
-SEND = {"name": "demo.send_message", "arguments": {"recipient": "ops", "text": "report"}}
+CANARY = "sk-live-" + "Q" * 40
+SEND = {"name": "demo.send_message", "arguments": {"recipient": "ops",
+                                                   "text": f"report; key {CANARY}"}}
 
 
 def opened() -> Gate:
@@ -89,10 +91,14 @@ async def test_a_released_resumed_run_keeps_its_decision_and_never_sends_twice(a
     assert journal[-1]["payload"]["verdict"] == "released"
     assert journal[-1]["payload"]["units_left"] == 20  # as the run will have them again
     assert "run_complete" not in [e["type"] for e in journal]
+    # The call has run: its real arguments are not put back at rest with the state.
+    saved = scalar(db_url, "SELECT state::text FROM run_states WHERE execution_id = %s", (run_id,))
+    assert "demo.send_message" in saved and CANARY not in saved
     async with gated_worker(pool, db_url, model=opened()):
         await until(db_url, *has_event(run_id, "run_complete"), timeout=30)
     assert row(db_url, run_id, "status, outcome") == ("completed", "done")
     assert scalar(db_url, "SELECT count(*) FROM demo_outbox") == 1  # the approved call ran once
+    assert CANARY in scalar(db_url, "SELECT text FROM demo_outbox")  # with its real arguments
     journal = await events(api, run_id)
     completes = [e["payload"] for e in journal if e["type"] == "tool_complete"]
     assert [c["replayed"] for c in completes] == [False, True]

@@ -114,8 +114,8 @@ _GROUPS = {name: tuple(f"{name}_{part}" if f"{name}_{part}" in _PATTERN.groupind
 # lowered text) for the keyword rules, exactly for the vendor prefixes.
 _ANY_CASE = ("pass", "pwd", "secret", "token", "api_key", "apikey", "api-key", "private",
              "accountkey", "authorization", "bearer", "cookie", "credential")
-_EXACT = ("sk-", "sk_", "rk_", "whsec_", "AKIA", "ASIA", "ABIA", "ACCA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_",
-          "github_pat_",
+_EXACT = ("sk-", "sk_", "rk_", "whsec_", "AKIA", "ASIA", "ABIA", "ACCA", "ghp_", "gho_", "ghu_",
+          "ghs_", "ghr_", "github_pat_",
           "glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "glcbt-", "glimt-", "glptt-",
           "glagent-", "gloas-", "GR1348941", "xox", "xapp-", "SG.", "hf_", "npm_", "pypi-",
           "AIza", "GOCSPX-", "ya29.", "tw_", "eyJ", "-----BEGIN", "---- BEGIN", "PuTTY-",

@@ -46,12 +46,14 @@ POSITIVE = [
     ("github server", f"{'gh'}s_{body(36)}", R("github")),
     ("github fine-grained", f"{'github'}_pat_11ABC{body(70)}", R("github")),
     ("gitlab personal", f"{'gl'}pat-{body(20)}", R("gitlab")),
-    ("gitlab deploy", f"git clone with {'gl'}dt-{body(24)} now", f"git clone with {R('gitlab')} now"),
+    ("gitlab deploy", f"git clone with {'gl'}dt-{body(24)} now",
+     f"git clone with {R('gitlab')} now"),
     ("gitlab runner", f"{'GR'}1348941{body(20)}", R("gitlab")),
     ("slack bot", f"{'xo'}xb-1234567890-{body(24)}", R("slack")),
     ("slack user", f"{'xo'}xp-12-34-{body(30)}", R("slack")),
     ("slack app", f"{'xa'}pp-1-A0{body(30)}", R("slack")),
-    ("slack webhook", f"post to https://{'hooks'}.slack.com/services/T0{UPPER[:8]}/B0{UPPER[:8]}/{body(24)}",
+    ("slack webhook",
+     f"post to https://{'hooks'}.slack.com/services/T0{UPPER[:8]}/B0{UPPER[:8]}/{body(24)}",
      f"post to https://{R('slack_webhook')}"),
     ("stripe live secret", f"{'sk'}_live_{body(24)}", R("stripe")),
     ("stripe restricted", f"{'rk'}_test_{body(24)}", R("stripe")),
@@ -72,7 +74,8 @@ POSITIVE = [
     ("bearer jwt", f"bearer {JWT}", f"bearer {R('bearer')}"),
     ("basic auth header", "Authorization: Basic dXNlcjpwYXNzd29yZA==",
      f"Authorization: Basic {R('authorization')}"),
-    ("cookie header", "Cookie: sid=" + body(20) + "; theme=dark\nnext", f"Cookie: {R('cookie')}\nnext"),
+    ("cookie header", "Cookie: sid=" + body(20) + "; theme=dark\nnext",
+     f"Cookie: {R('cookie')}\nnext"),
     ("set-cookie header", "Set-Cookie: session=" + body(20) + "; HttpOnly",
      f"Set-Cookie: {R('cookie')}"),
     ("jwt", f"jwt={JWT}&next=1", f"jwt={R('jwt')}&next=1"),
@@ -103,7 +106,8 @@ POSITIVE = [
     ("single-quoted kv", "pwd='it is' x=1", f"pwd='{R('password')}' x=1"),
     ("unclosed quote kv", "password=\"abc", f"password=\"{R('password')}"),
     ("secret kv", "client_secret=abc123&grant=1", f"client_secret={R('secret')}&grant=1"),
-    ("api_key kv", "https://x.test/v1?api_key=abcd1234&q=1", f"https://x.test/v1?api_key={R('api_key')}&q=1"),
+    ("api_key kv", "https://x.test/v1?api_key=abcd1234&q=1",
+     f"https://x.test/v1?api_key={R('api_key')}&q=1"),
     ("apikey kv", "apiKey = zyx987", f"apiKey = {R('api_key')}"),
     ("token kv", "TOKEN=abc.def", f"TOKEN={R('token')}"),
     ("twilio labelled", f"TWILIO_AUTH_TOKEN={hexs(32)}", f"TWILIO_AUTH_TOKEN={R('token')}"),
@@ -111,7 +115,8 @@ POSITIVE = [
      f"AccountName=x;AccountKey={R('api_key')};EndpointSuffix=core"),
     ("json text", '{"user":"bob","password":"hunter2","db_token":"x1"}',
      f'{{"user":"bob","password":"{R("password")}","db_token":"{R("token")}"}}'),
-    ("json text spaced", '{"Authorization": "Basic abc=="}', f'{{"Authorization": "{R("authorization")}"}}'),
+    ("json text spaced", '{"Authorization": "Basic abc=="}',
+     f'{{"Authorization": "{R("authorization")}"}}'),
     ("json cookie", '{"cookie": "sid=1"}', f'{{"cookie": "{R("cookie")}"}}'),
 ]
 
@@ -191,9 +196,9 @@ def test_everything_under_a_credentials_key_is_redacted():
                                              "port": 5432, "hosts": [R("credential"), ""]}}
 
 
-@pytest.mark.parametrize("key", ["tokens", "max_tokens", "token_count", "secretary", "passwords_changed",
-                                 "title", "keyword", "tool", "cookies_enabled", "passport",
-                                 "credentials_checked_at"])
+@pytest.mark.parametrize("key", ["tokens", "max_tokens", "token_count", "secretary",
+                                 "passwords_changed", "title", "keyword", "tool",
+                                 "cookies_enabled", "passport", "credentials_checked_at"])
 def test_ordinary_keys_keep_their_values(key):
     assert redact({key: "plain words"}) == {key: "plain words"}
 
@@ -227,7 +232,8 @@ def test_journal_payloads_replace_what_jsonb_cannot_store_and_keep_the_rest():
     from worker.redact import for_journal
 
     payload = {"text": "a\x00b\ud800c", "k\x00": ["ok", "sk-" + "x" * 40]}
-    assert for_journal(payload) == {"text": "a\ufffdb\ufffdc", "k\ufffd": ["ok", "[REDACTED:openai]"]}
+    assert for_journal(payload) == {"text": "a\ufffdb\ufffdc",
+                                    "k\ufffd": ["ok", "[REDACTED:openai]"]}
 
 
 def test_the_prefilter_lets_every_positive_through_and_skips_plain_text():

@@ -96,3 +96,50 @@ async def test_stream_tickets_expired_over_an_hour_ago_are_forgotten(db_url, poo
     with psycopg.connect(db_url) as conn:
         assert [bytes(r[0]) for r in conn.execute(
             "SELECT ticket_hash FROM stream_tickets ORDER BY 1")] == [b"\x02", b"\x03"]
+
+
+async def test_a_month_holding_a_live_run_keeps_its_journal_while_other_old_months_go(db_url, pool, settings):
+    from uuid_utils.compat import uuid7
+
+    def minted(year: int, month: int):
+        return uuid7(nanoseconds=int(datetime(year, month, 10, tzinfo=timezone.utc).timestamp()) * 10**9)
+
+    await trim_retention(pool, settings, now=datetime(2027, 1, 20, tzinfo=timezone.utc))
+    await trim_retention(pool, settings, now=datetime(2027, 2, 20, tzinfo=timezone.utc))
+    # Runs created in February 2027: one waiting for approval, one finished. March: only a
+    # finished one. April: a queued one (a run that waited long in the queue).
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        runs = {"waiting": (minted(2027, 2), "completed", "suspended"),
+                "february_done": (minted(2027, 2), "completed", None),
+                "march_done": (minted(2027, 3), "failed", None),
+                "queued": (minted(2027, 4), "queued", None)}
+        for execution_id, status, breadcrumb in runs.values():
+            conn.execute("INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
+                         " trigger_source, scheduled_for, status, breadcrumb, finished_at)"
+                         " VALUES (%s, %s, %s, 'run', 'api', now(), %s, %s, NULL)",
+                         (execution_id, tenant, agent, status, breadcrumb))
+            conn.execute("INSERT INTO run_events (execution_id, seq, type)"
+                         " VALUES (%s, 1, 'run_start')", (execution_id,))
+    await trim_retention(pool, settings, now=datetime(2027, 3, 20, tzinfo=timezone.utc))
+    await trim_retention(pool, settings, now=datetime(2027, 4, 20, tzinfo=timezone.utc))
+    # On 2027-07-15 with 30 days kept, February, March and April all ended past the horizon:
+    # March and May go; February (a run waiting for approval) and April (a queued run) stay
+    # whole; June ends after the horizon.
+    await trim_retention(pool, settings, now=datetime(2027, 7, 15, tzinfo=timezone.utc))
+    with psycopg.connect(db_url) as conn:
+        parts = sorted(r[0] for r in conn.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'run_events'::regclass AND c.relname <> 'run_events_default'"))
+        assert parts == ["run_events_2027_02", "run_events_2027_04", "run_events_2027_06",
+                         "run_events_2027_08", "run_events_2027_09"]
+        kept = {r[0] for r in conn.execute("SELECT execution_id FROM run_events")}
+        assert kept == {runs["waiting"][0], runs["february_done"][0], runs["queued"][0]}
+        # Once the waiting run ends (cancelled), the next upkeep drops its month.
+        conn.execute("UPDATE executions SET status = 'cancelled', breadcrumb = NULL,"
+                     " finished_at = now() WHERE id = %s", (runs["waiting"][0],))
+    await trim_retention(pool, settings, now=datetime(2027, 7, 16, tzinfo=timezone.utc))
+    with psycopg.connect(db_url) as conn:
+        assert {r[0] for r in conn.execute("SELECT execution_id FROM run_events")} == {
+            runs["queued"][0]}

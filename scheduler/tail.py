@@ -122,4 +122,4 @@ async def principal_from_ticket(conn: AsyncConnection, ticket: str, run_id: UUID
     if row is None:
         raise Unauthorized("the stream ticket is unknown, used, expired, revoked with its "
                            "token, or for another run; get a new one")
-    return Principal(tenant_id=row["tenant_id"], is_admin=False)
+    return Principal(tenant_id=row["tenant_id"], is_admin=False, token_id=row["token_id"])

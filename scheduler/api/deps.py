@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import AsyncIterator
+from uuid import UUID
 
 from fastapi import Depends, Request
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from scheduler.settings import SchedulerSettings
+from scheduler.api.revocation import RevocationWatch, until_ended
 from scheduler.api.throttle import (AuthThrottle, TooManyFailures, client_address,
                                     parse_networks)
 from scheduler.metrics import app_metrics
@@ -144,11 +146,24 @@ def hub_of(request: Request):
     return state.hub
 
 
-async def counted(app, body):
-    """Count live tails for the metrics while a stream is open."""
+async def counted(app, body, token_id: UUID | None = None):
+    """Count live tails for the metrics while a stream is open; a tail whose token (or the
+    token that minted its ticket) is revoked or expires ends within about a second."""
     app.state.sse_subscribers = getattr(app.state, "sse_subscribers", 0) + 1
     try:
-        async for chunk in body:
-            yield chunk
+        if token_id is None:
+            async for chunk in body:
+                yield chunk
+            return
+        async with revocation_watch_of(app).watch(token_id) as ended:
+            async for chunk in until_ended(body, ended):
+                yield chunk
     finally:
         app.state.sse_subscribers -= 1
+
+
+def revocation_watch_of(app) -> RevocationWatch:
+    """The process's one watcher of the tokens behind open tails."""
+    if getattr(app.state, "revocation_watch", None) is None:
+        app.state.revocation_watch = RevocationWatch(app.state.pool)
+    return app.state.revocation_watch

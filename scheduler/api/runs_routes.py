@@ -58,7 +58,8 @@ async def events(run_id: UUID, request: Request, after: Annotated[int, Query(ge=
             rows = await events_after(conn, run_id, resume, limit=100_000)
             return {"items": [pick(row, EVENT_FIELDS) for row in rows]}
     body = counted(request.app, stream(hub_of(request), pool_of(request), run_id, resume,
-                                       keepalive=settings_of(request).sse_keepalive_seconds))
+                                       keepalive=settings_of(request).sse_keepalive_seconds),
+                   token_id=principal.token_id)  # ends when that token is revoked
     return StreamingResponse(body, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

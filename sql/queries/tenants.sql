@@ -52,3 +52,10 @@ SELECT r.id, n.name AS tenant, r.is_admin, r.is_operator, r.created_at, r.expire
        r.last_used_at, r.revoked_at
   FROM revoked r
   LEFT JOIN tenants n ON n.id = r.tenant_id;
+
+-- name: find_ended_tokens
+-- Of the tokens behind open journal tails, those revoked or expired since (see
+-- scheduler/api/revocation.py).
+SELECT id FROM api_tokens
+ WHERE id = ANY(%(ids)s::uuid[])
+   AND (revoked_at IS NOT NULL OR expires_at <= now());

@@ -14,7 +14,7 @@ DELETE FROM stream_tickets s
    AND s.expires_at > now()
    AND t.id = s.token_id AND t.revoked_at IS NULL
    AND (t.expires_at IS NULL OR t.expires_at > now())
-RETURNING s.tenant_id, s.execution_id;
+RETURNING s.tenant_id, s.execution_id, s.token_id;
 
 -- name: delete_expired_stream_tickets
 DELETE FROM stream_tickets WHERE expires_at < now() - interval '1 hour';

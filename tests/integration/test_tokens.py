@@ -183,3 +183,44 @@ async def test_the_stored_digest_is_compared_in_constant_time(api, pool, monkeyp
 
     assert (await api.get("/v1/agents", headers=bearer(token))).status_code == 200
     assert seen == [(scheduler.tokens.hash_token(token), scheduler.tokens.hash_token(token))]
+
+
+@pytest.mark.parametrize("opened_with", ["token", "ticket"])
+async def test_an_open_tail_ends_when_its_token_is_revoked(api, pool, db_url, live_api, opened_with):
+    import asyncio
+
+    import httpx
+
+    token = await new_token(pool, tenant="acme")
+    token_id = str(token_row(db_url, token, "id")["id"])
+    run_id = await queued_run(api)  # no worker runs it: a tail would follow it indefinitely
+    async with httpx.AsyncClient(base_url=live_api["url"], timeout=30) as http:
+        if opened_with == "token":
+            request = {"headers": bearer(token)}
+        else:
+            minted = await http.post(f"/v1/runs/{run_id}/stream-ticket", headers=bearer(token))
+            request = {"params": {"ticket": minted.json()["ticket"]}}
+        async with http.stream("GET", f"/v1/runs/{run_id}/events", **request) as tail:
+            assert tail.status_code == 200
+            assert (await api.delete(f"/v1/tokens/{token_id}")).status_code == 204
+            # The server ends the stream (the bound only keeps a broken build from hanging).
+            await asyncio.wait_for(tail.aread(), 20)
+        refused = await http.get(f"/v1/runs/{run_id}/events", headers=bearer(token))
+    assert refused.status_code == 401
+
+
+async def test_the_watch_ends_only_the_tails_of_the_token_that_ended(pool, db_url):
+    """The control for the test above: one poll sees both tokens and ends only the revoked
+    one's tails."""
+    import asyncio
+
+    from scheduler.api.revocation import RevocationWatch
+
+    kept, revoked = await new_token(pool, tenant="acme"), await new_token(pool, tenant="acme")
+    kept_id, revoked_id = (token_row(db_url, t, "id")["id"] for t in (kept, revoked))
+    watch = RevocationWatch(pool, interval_seconds=0.05)
+    async with watch.watch(kept_id) as kept_ended, watch.watch(revoked_id) as revoked_ended:
+        with psycopg.connect(db_url) as conn:
+            conn.execute("UPDATE api_tokens SET revoked_at = now() WHERE id = %s", (revoked_id,))
+        await asyncio.wait_for(revoked_ended.wait(), 20)
+        assert not kept_ended.is_set()

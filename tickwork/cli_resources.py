@@ -268,8 +268,8 @@ def list_approvals(status: str = typer.Option(
     table = Table("id", "tool", "arguments", "status")
     for a in ApiClient().items("/v1/approvals", {"status": status}):
         # Arguments are the model's text: plain cells, never markup or terminal controls.
-        table.add_row(*plain_cells(a["id"], a["tool"],
-                                   json.dumps(a["arguments"], ensure_ascii=False)[:80], a["status"]))
+        shown = json.dumps(a["arguments"], ensure_ascii=False)[:80]
+        table.add_row(*plain_cells(a["id"], a["tool"], shown, a["status"]))
     out.print(table)
 
 

@@ -158,6 +158,8 @@ NEGATIVE = [
     "The cookie policy: we use cookies for login.",
     "ghost_town and github.com/org/repo and xoxo hugs",
     "passport: 12345678",
+    '{"token_type": "bearer", "expires_in": 3600}',
+    "Access token: expired. Input token: 1,234",
     "",
 ]
 @pytest.mark.parametrize("text,expected", [(t, e) for _, t, e in POSITIVE],

@@ -131,9 +131,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def make_token(url: str) -> str:
+def make_token(url: str, *kind: str) -> str:
     done = subprocess.run(
-        [sys.executable, "-m", "tickwork.cli", "token", "create", "--tenant", "bench", "--admin"],
+        [sys.executable, "-m", "tickwork.cli", "token", "create",
+         *(kind or ("--tenant", "bench", "--admin"))],
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "TICKWORK_DATABASE_URL": url},
         timeout=120)
     if done.returncode != 0:
@@ -333,7 +334,8 @@ async def enqueue(api: httpx.AsyncClient, agent_id: str, count: int,
 
 async def live_tails(api: httpx.AsyncClient) -> int | None:
     """The API's own count of open tails (the tickwork_sse_subscribers gauge of /metrics)."""
-    response = await api.get("/metrics")
+    response = await api.get("/metrics", headers={  # /metrics takes the operator's token
+        "Authorization": f"Bearer {api.operator_token}"})
     if response.status_code != 200:
         return None
     for line in response.text.splitlines():
@@ -860,7 +862,7 @@ def raise_fd_limit(needed: int) -> str:
 
 
 async def bench(url: str, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
-    token = make_token(url)
+    token, operator_token = make_token(url), make_token(url, "--operator")
     port = free_port()
     profile_out = scratch / "api-profile.json" if args.profile_api else None
     api_proc = ApiProcess(url, port, scratch / "api.log", profile_out)
@@ -870,6 +872,7 @@ async def bench(url: str, args: argparse.Namespace, scratch: Path) -> dict[str, 
         api_proc.wait_ready()
         async with httpx.AsyncClient(base_url=f"http://{HOST}:{port}", timeout=60,
                                      headers={"Authorization": f"Bearer {token}"}) as api:
+            api.operator_token = operator_token
             agent_id = await create_agent(api)
             body = run_input(args.turns, args.turn_sleep)
             say(f"API on port {port} (pid {api_proc.pid}{', profiled' if profile_out else ''}"

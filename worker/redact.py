@@ -46,10 +46,12 @@ _KEY_NOISE = str.maketrans("", "", "_-. ")
 _KV_NAMES = (r"password|passwd|passphrase|pwd|secret_access_key|secret_key|secret"
              r"|api[_-]?key|access[_-]?token|auth[_-]?token|token|private[_-]?key|accountkey")
 # An unquoted value after a colon ("password: hunter2") is a secret only if it looks like one:
-# 6+ characters with a letter and a digit or symbol. "password: required" and "Reset your
-# password: click below" are prose.
-_COLON_VALUE = r"(?=[^\s\"'<>,;]{6})(?=[^\s\"'<>,;]*[A-Za-z])(?=[^\s\"'<>,;]*[^A-Za-z\s\"'<>,;])" \
-               r"[^\s\"'<>,;]+"
+# 6+ characters with a letter and a digit or symbol (a sentence's closing . ! ? ) does not
+# count). "password: required", "Access token: expired." and "Reset your password: click
+# below" are prose.
+_V = r"[^\s\"'<>,;]"
+_COLON_VALUE = (rf"(?={_V}{{6}})(?={_V}*[A-Za-z])"
+                rf"(?={_V}*?(?:[^A-Za-z\s\"'<>,;.!?)]|[.!?)]{_V})){_V}+")
 _QUOTED = r"(?:(?!(?P={q}))[^\n])+(?:(?P<{post}>(?P={q}))|$)"
 
 # Each branch: (?P<name> (?P<name_pre>kept)? secret (?P<name_post>kept)? ). The whole branch is

@@ -9,7 +9,8 @@ from worker.model import ToolCall
 from worker.sql_shape import sql_shape
 from worker.tools.registry import ToolSpec
 from worker.walls import (Allow, Meter, Refuse, WallSettings, call_identity, check_call,
-                          hard_cap_reached, hard_stop_message, record_call, turn_warning)
+                          hard_cap_reached, hard_stop_message, record_call, token_stop_message,
+                          turn_warning)
 
 CRM = ToolSpec("crm.get_contact", "read", False, "", {})
 MAIL = ToolSpec("mail.send", "send", False, "", {})
@@ -275,3 +276,10 @@ def test_the_meter_round_trips_through_its_state():
     assert Meter.from_state({}) == Meter() == Meter.from_state(None)
     # The restored meter keeps deciding as the original would: the confirmed retry survives.
     assert attempt(EIGHT[7], {"page": 38}, restored) == Allow()
+
+
+def test_the_token_budget_message_is_written_for_the_user():
+    text = token_stop_message(5120, 5000, "records 1-12 read, 2 overdue.")
+    assert "5120 tokens" in text and "token budget of 5000" in text
+    assert "records 1-12 read, 2 overdue." in text and "raise the token budget" in text
+    assert "not gathered anything" in token_stop_message(10, 5, "")

@@ -58,7 +58,8 @@ def test_a_stub_names_the_tool_and_keeps_the_file_reference():
 def test_a_short_result_is_not_replaced_by_a_longer_stub():
     messages = history(0)
     call = ToolCall("call_1_0", "demo.get_record", {"id": 1})
-    messages += [Message("assistant", "", [call]), Message("tool", '{"id":1}', tool_call_id=call.id)]
+    messages += [Message("assistant", "", [call]),
+                 Message("tool", '{"id":1}', tool_call_id=call.id)]
     for turn in range(3):
         later = ToolCall(f"call_{turn + 2}_0", "demo.get_record", {"id": 2})
         messages += [Message("assistant", "", [later]),

@@ -79,6 +79,10 @@ def create_schedules(client: httpx.Client, count: int) -> dict[str, datetime]:
     return first
 
 
+def utc_now() -> str:
+    return time.strftime("%H:%M:%S", time.gmtime())
+
+
 def restart_postgres(server: EmbeddedPostgres, root: Path) -> EmbeddedPostgres:
     server.stop()
     time.sleep(2)
@@ -113,16 +117,17 @@ def chaos(fleet: Fleet, server: EmbeddedPostgres, root: Path, minutes: float,
             tails.pick()
             next_pick = elapsed + 1
         if pg_restart_at is not None and elapsed >= pg_restart_at:
-            say(f"  t+{elapsed:5.1f}s  Postgres: fast stop, 2 s down, start")
+            say(f"  t+{elapsed:5.1f}s  {utc_now()}  Postgres: fast stop, 2 s down, start")
             server = restart_postgres(server, root)
-            say(f"  t+{time.monotonic() - started:5.1f}s  Postgres back on port {server.port}")
+            say(f"  t+{time.monotonic() - started:5.1f}s  {utc_now()}  Postgres back on port "
+                f"{server.port}")
             pg_restart_at = None
         if elapsed >= next_kill:
             victim = rng.choice(["scheduler-1", "scheduler-2", "worker-1", "worker-2"])
             old = fleet.kill(victim)
             kills[victim.split("-")[0]] += 1
-            say(f"  t+{elapsed:5.1f}s  SIGKILL {victim} (pid {old}); started again as pid "
-                f"{fleet.procs[victim].pid}")
+            say(f"  t+{elapsed:5.1f}s  {utc_now()}  SIGKILL {victim} (pid {old}); started again "
+                f"as pid {fleet.procs[victim].pid}")
             next_kill = elapsed + rng.uniform(8, 20)
         time.sleep(0.25)
     return server, kills
@@ -169,8 +174,8 @@ def soak(args: argparse.Namespace, root: Path) -> dict:
                 f"{min(first.values()):%H:%M} UTC")
             for name in ("scheduler-1", "scheduler-2", "worker-1", "worker-2"):
                 fleet.start(name)
-            say(f"chaos for {args.minutes:g} min: 2 schedulers, 2 workers (concurrency "
-                f"{args.concurrency}), 1 API; logs in {logs}")
+            say(f"{utc_now()} UTC: chaos for {args.minutes:g} min: 2 schedulers, 2 workers "
+                f"(concurrency {args.concurrency}), 1 API; logs in {logs}")
             tails = Tails(base, tenant_token, args.tails)
             server, kills = chaos(fleet, server, root / "pg", args.minutes, rng, tails)
             must_reach = db_minute(url)
@@ -200,6 +205,8 @@ def report(args: argparse.Namespace, result: dict) -> int:
     say(f"executions: {found['executions']}; by end: {'; '.join(found['ends'])}")
     if found["failed_reasons"]:
         say("failed executions: " + " | ".join(found["failed_reasons"]))
+    if found["skipped_by_minute"]:
+        say("skipped fires by minute: " + "; ".join(found["skipped_by_minute"]))
     say(f"slots (schedule, minute): {slots['slots']}; exactly one first-attempt execution: "
         f"{slots['slots_one_execution']}; duplicated: {slots['slots_duplicated']}; skipped and "
         f"recorded: {slots['slots_skipped_recorded']} {found['skipped_fires']}; missing: "

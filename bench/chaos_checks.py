@@ -46,6 +46,10 @@ SELECT count(*) AS slots,
 """
 
 SKIPPED_BY_REASON = "SELECT reason, count(*) FROM skipped_fires GROUP BY 1 ORDER BY 1"
+SKIPPED_BY_MINUTE = """
+SELECT to_char(scheduled_for AT TIME ZONE 'UTC', 'HH24:MI'), reason, count(*)
+  FROM skipped_fires GROUP BY 1, 2 ORDER BY 1
+"""
 
 # A chain is a first-attempt execution and its retries (retry_of links each to the previous).
 CHAINS = """
@@ -139,12 +143,15 @@ def check_all(url: str, first_next_run: dict[str, datetime], must_reach: datetim
                                    "first": list(first_next_run.values()),
                                    "must_reach": must_reach})
         skipped = dict(conn.execute(SKIPPED_BY_REASON).fetchall())
+        by_minute = [f"{minute} {reason} × {n}"
+                     for minute, reason, n in conn.execute(SKIPPED_BY_MINUTE).fetchall()]
         chains = _row(conn, CHAINS)
         journals = _row(conn, JOURNALS)
         ends = [f"{s}/{o}/{b}: {n}" for s, o, b, n in conn.execute(EXECUTIONS_BY_END).fetchall()]
         failed = [f"{n} × {reason}" for reason, n in conn.execute(FAILED_REASONS).fetchall()]
         executions = conn.execute("SELECT count(*) FROM executions").fetchone()[0]
-    return {"slots": slots, "skipped_fires": skipped, "chains": chains, "journals": journals,
+    return {"slots": slots, "skipped_fires": skipped, "skipped_by_minute": by_minute,
+            "chains": chains, "journals": journals,
             "executions": executions, "ends": ends, "failed_reasons": failed}
 
 

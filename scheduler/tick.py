@@ -42,8 +42,14 @@ class TickOutcome:
 
 
 async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
-                   now: datetime | None = None) -> TickOutcome:
-    """Run one whole tick; report failure in the outcome instead of raising."""
+                   now: datetime | None = None, database_clock_retention: bool = False
+                   ) -> TickOutcome:
+    """Run one whole tick; report failure in the outcome instead of raising.
+
+    ``database_clock_retention``: the HTTP tick runs as the API's role, which may not delete
+    history or manage partitions with a date of its choosing; its retention goes through the
+    retention_upkeep function on the database clock (``now`` then moves only the dispatch and
+    the sweep)."""
     outcome = TickOutcome()
     started = time.perf_counter()
     try:
@@ -52,7 +58,10 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
         # The sweep and retention run even on a tick with nothing due, but not after a failed
         # dispatch: the database is likely unreachable and the next tick comes in a minute.
         outcome.sweep = await sweep_stale(pool, now=now, batch_size=settings.sweep_batch_size)
-        outcome.retention_deleted = await trim_retention(pool, settings, now=now)
+        if database_clock_retention:
+            outcome.retention_deleted = await upkeep_on_database_clock(pool, settings)
+        else:
+            outcome.retention_deleted = await trim_retention(pool, settings, now=now)
     except Exception as exc:  # never retried: record why and let the next tick run
         outcome.ok = False
         outcome.error = f"{type(exc).__name__}: {exc}"
@@ -89,3 +98,12 @@ async def trim_retention(pool: AsyncConnectionPool, settings: SchedulerSettings,
         log.info("journal_partitions_changed", created=changed["created"],
                  dropped=changed["dropped"])
     return deleted
+
+
+async def upkeep_on_database_clock(pool: AsyncConnectionPool, settings: SchedulerSettings) -> int:
+    """Retention as trim_retention does it, through the one narrow function the API's role may
+    call (retention_upkeep, migration 0029): no caller-chosen date, at least 7 days kept."""
+    params = {"days": max(settings.retention_days, 0), "limit": settings.retention_batch_size}
+    async with pool.connection() as conn:
+        cursor = await conn.execute(QUERIES["retention_upkeep"], params)
+        return (await cursor.fetchone())["deleted"]

@@ -3,7 +3,8 @@
 -- passwords) and none of them owns anything; a role that does not exist is passed over.
 --   tickwork_scheduler  the minute tick, the stale sweep, retention
 --   tickwork_worker     claims, runs, the journal, approvals' pauses and resumes
---   tickwork_api        the HTTP API (and POST /v1/tick, so it is also a scheduler)
+--   tickwork_api        the HTTP API (and POST /v1/tick, through narrow functions)
+-- Every role also loses EXECUTE on functions granted here before (REVOKE ALL ON FUNCTIONS).
 DO $grants$
 DECLARE
     role_name text;
@@ -11,6 +12,7 @@ BEGIN
     FOREACH role_name IN ARRAY ARRAY['tickwork_scheduler', 'tickwork_worker', 'tickwork_api'] LOOP
         IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = role_name) THEN
             EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA public FROM %I', role_name);
+            EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA public FROM %I', role_name);
             EXECUTE format('GRANT USAGE ON SCHEMA public TO %I', role_name);
         END IF;
     END LOOP;
@@ -18,12 +20,19 @@ BEGIN
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_scheduler') THEN
         GRANT SELECT, UPDATE ON schedules TO tickwork_scheduler;
         GRANT SELECT ON agents TO tickwork_scheduler;
-        GRANT SELECT, INSERT, UPDATE, DELETE ON executions TO tickwork_scheduler;
+        -- The sweep's verdict changes only these columns; retention deletes finished runs.
+        GRANT SELECT, INSERT, DELETE ON executions TO tickwork_scheduler;
+        GRANT UPDATE (status, outcome, breadcrumb, reason, finished_at) ON executions
+            TO tickwork_scheduler;
         -- (SELECT wherever an INSERT uses ON CONFLICT or RETURNING.)
         GRANT SELECT, INSERT ON queue_tasks TO tickwork_scheduler;
-        GRANT SELECT, INSERT, DELETE ON skipped_fires, run_events TO tickwork_scheduler;
+        GRANT SELECT, INSERT, DELETE ON skipped_fires TO tickwork_scheduler;
+        -- The sweep journals a timed-out run's end through journal_run_complete (0029);
+        -- retention deletes whole runs' journals.
+        GRANT SELECT, DELETE ON run_events TO tickwork_scheduler;
         GRANT SELECT, DELETE ON tool_results, stream_tickets TO tickwork_scheduler;
-        GRANT EXECUTE ON FUNCTION manage_journal_partitions(timestamptz, integer, integer)
+        GRANT EXECUTE ON FUNCTION manage_journal_partitions(timestamptz, integer, integer),
+                                  journal_run_complete(uuid, jsonb)
             TO tickwork_scheduler;
     END IF;
 
@@ -31,31 +40,65 @@ BEGIN
         GRANT SELECT, UPDATE, DELETE ON queue_tasks TO tickwork_worker;
         GRANT SELECT, INSERT ON execution_claims TO tickwork_worker;
         -- INSERT on executions: at its own deadline a worker gives the sweep's verdict, which
-        -- mints the retry (the same code path as the sweep).
-        GRANT SELECT, INSERT, UPDATE ON executions TO tickwork_worker;
+        -- mints the retry (the same code path as the sweep). UPDATE only of what a run changes
+        -- (claim, suspend, resume, finish, release: sql/queries/worker.sql, approvals.sql,
+        -- release.sql, sweep.sql), never whose run it is (tenant_id, agent_id, schedule_id).
+        GRANT SELECT ON executions TO tickwork_worker;
+        GRANT INSERT (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
+                      scheduled_for, attempt, max_attempts, retry_of, timeout_minutes, input)
+            ON executions TO tickwork_worker;
+        GRANT UPDATE (status, outcome, reason, breadcrumb, started_at, finished_at, deadline,
+                      run_token, usage)
+            ON executions TO tickwork_worker;
         GRANT SELECT ON agents, demo_records, approvals TO tickwork_worker;
-        GRANT DELETE ON schedules TO tickwork_worker;  -- a run whose agent is gone removes them
+        -- A run whose agent is gone removes its schedules through a narrow function (0029);
+        -- the worker cannot delete schedules itself.
+        GRANT EXECUTE ON FUNCTION remove_schedules_of_missing_agent(uuid),
+                                  journal_run_complete(uuid, jsonb) TO tickwork_worker;
         GRANT SELECT, INSERT ON run_events, tool_results, tool_call_results TO tickwork_worker;
-        GRANT SELECT, INSERT, UPDATE ON run_states, tool_catalog TO tickwork_worker;
+        GRANT SELECT, INSERT, UPDATE ON run_states TO tickwork_worker;
         GRANT DELETE ON run_states TO tickwork_worker;  -- a resume consumes the saved state
+        -- A worker publishes the tools it carries at start (worker/tools/publish.py, an upsert):
+        -- it may add a tool and refresh a tool's description, never rename or delete one.
+        GRANT SELECT ON tool_catalog TO tickwork_worker;
+        GRANT INSERT (key, tool_class, is_local, description, parameters, published_at),
+              UPDATE (tool_class, is_local, description, parameters, published_at)
+            ON tool_catalog TO tickwork_worker;
         GRANT INSERT ON approvals TO tickwork_worker;
         GRANT SELECT, INSERT ON demo_outbox TO tickwork_worker;
     END IF;
 
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_api') THEN
-        GRANT SELECT ON tenants, api_tokens, tool_catalog, run_events, skipped_fires TO tickwork_api;
+        -- The journal is read-only to the API: a cancel's terminal event goes through
+        -- journal_run_complete (0029).
+        GRANT SELECT ON tenants, api_tokens, tool_catalog, run_events TO tickwork_api;
         -- A token's last use (about once a minute) and its revocation (DELETE /v1/tokens/{id});
         -- creating tenants and tokens stays with the owner (`tickwork token create`).
         GRANT UPDATE (last_used_at, revoked_at) ON api_tokens TO tickwork_api;
         GRANT SELECT, INSERT, UPDATE, DELETE ON agents, schedules TO tickwork_api;
-        GRANT SELECT, INSERT, UPDATE ON executions, approvals TO tickwork_api;
+        GRANT SELECT, INSERT, UPDATE ON approvals TO tickwork_api;
+        -- Runs by hand and the tick's dispatch insert; a cancel and the tick's sweep change
+        -- only a run's state, never whose run it is.
+        GRANT SELECT, INSERT ON executions TO tickwork_api;
+        GRANT UPDATE (status, outcome, reason, breadcrumb, finished_at, cancel_requested_at)
+            ON executions TO tickwork_api;
         GRANT SELECT, INSERT, DELETE ON queue_tasks TO tickwork_api;
         -- Cancelling a run waiting for approval deletes its saved state, which the API never
         -- reads (it holds the waiting call's real arguments): only the key is readable.
         GRANT SELECT (execution_id), DELETE ON run_states TO tickwork_api;
         GRANT SELECT, INSERT, DELETE ON stream_tickets TO tickwork_api;
-        IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_scheduler') THEN
-            GRANT tickwork_scheduler TO tickwork_api;  -- POST /v1/tick runs the tick
+        -- POST /v1/tick runs the tick as the API's own role: the dispatch with the grants
+        -- above (and skipped-fire records), the sweep's journal event through
+        -- journal_run_complete, and retention only through retention_upkeep (database clock,
+        -- at least 7 days kept). It is no longer a member of tickwork_scheduler, which may
+        -- delete journals and call the partition function with any date.
+        GRANT SELECT, INSERT ON skipped_fires TO tickwork_api;
+        GRANT EXECUTE ON FUNCTION journal_run_complete(uuid, jsonb),
+                                  retention_upkeep(integer, integer) TO tickwork_api;
+        IF EXISTS (SELECT 1 FROM pg_auth_members m
+                     JOIN pg_roles r ON r.oid = m.roleid JOIN pg_roles u ON u.oid = m.member
+                    WHERE r.rolname = 'tickwork_scheduler' AND u.rolname = 'tickwork_api') THEN
+            REVOKE tickwork_scheduler FROM tickwork_api;
         END IF;
     END IF;
 END

@@ -108,17 +108,12 @@ WITH target AS (
       FROM target t
      WHERE e.id = t.id AND (t.status IN ('queued', 'running') OR t.suspended)
     RETURNING e.*, t.suspended AS was_suspended
-), journaled AS (
-    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
-    SELECT c.id,
-           coalesce((SELECT max(r.seq) FROM run_events r WHERE r.execution_id = c.id), 0) + 1,
-           (SELECT min(r.seq) FROM run_events r WHERE r.execution_id = c.id),
-           'run_complete',
+), journaled AS (  -- the API cannot write the journal: the narrow function of migration 0029
+    SELECT journal_run_complete(c.id,
            jsonb_build_object('status', 'cancelled', 'outcome', 'cancelled', 'by', 'person',
-                              'reason', c.reason, 'usage', c.usage)
+                              'reason', c.reason, 'usage', c.usage)) AS added
       FROM cancelled c
      WHERE c.was_suspended
-    RETURNING 1
 ), approvals_cancelled AS (
     UPDATE approvals a
        SET status = 'cancelled', reason = 'the run was cancelled', decided_at = now()
@@ -135,6 +130,6 @@ WITH target AS (
     SELECT pg_notify('tickwork_events', id::text) FROM cancelled
 )
 SELECT cancelled.*, (SELECT count(*) FROM tails_woken) AS tails_woken,
-       (SELECT count(*) FROM journaled) AS journaled,
+       (SELECT coalesce(sum(added), 0) FROM journaled) AS journaled,
        (SELECT count(*) FROM approvals_cancelled) AS approvals_cancelled
   FROM cancelled;

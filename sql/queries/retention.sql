@@ -26,3 +26,8 @@ DELETE FROM skipped_fires
 SELECT created, dropped
   FROM manage_journal_partitions(coalesce(%(now)s::timestamptz, now()), %(months_ahead)s,
                                  %(days)s);
+
+-- name: retention_upkeep
+-- The HTTP tick's retention (the API's role): everything above in one narrow function on the
+-- database clock (migration 0029).
+SELECT retention_upkeep(%(days)s, %(limit)s) AS deleted;

@@ -37,20 +37,15 @@ WITH stale AS (
       FROM stale
      WHERE e.id = stale.id AND e.status = 'running'
     RETURNING e.*, stale.retry_id
-), journaled AS (
-    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
-    SELECT f.id,
-           coalesce((SELECT max(r.seq) FROM run_events r WHERE r.execution_id = f.id), 0) + 1,
-           (SELECT min(r.seq) FROM run_events r WHERE r.execution_id = f.id),
-           'run_complete',
+), journaled AS (  -- through the narrow function (migration 0029): no role needs INSERT on run_events
+    SELECT journal_run_complete(f.id,
            CASE WHEN %(released)s
                 THEN jsonb_build_object('status', 'failed', 'outcome', 'failed', 'by', 'worker',
                                         'released', true, 'reason', f.reason,
                                         'retry_id', f.retry_id)
                 ELSE jsonb_build_object('status', 'failed', 'outcome', 'timed_out', 'by', 'sweep',
-                                        'retry_id', f.retry_id) END
+                                        'retry_id', f.retry_id) END) AS added
       FROM failed f
-    RETURNING 1
 ), retried AS (
     INSERT INTO executions (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
                             scheduled_for, attempt, max_attempts, retry_of, timeout_minutes, input)
@@ -75,5 +70,5 @@ WITH stale AS (
 SELECT (SELECT count(*) FROM failed) AS failed,
        (SELECT count(*) FROM tails_woken) AS tails_woken,
        (SELECT count(*) FROM retried) AS retried,
-       (SELECT count(*) FROM journaled) AS journaled,
+       (SELECT coalesce(sum(added), 0) FROM journaled) AS journaled,
        (SELECT count(*) FROM notified) AS notified;

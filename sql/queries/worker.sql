@@ -64,8 +64,9 @@ SELECT started.*, (SELECT count(*) FROM claim) AS claimed,
 SELECT id, name, instructions, tools, auto_approve, status FROM agents WHERE id = %(agent_id)s;
 
 -- name: delete_agent_schedules
--- A run that finds its agent gone removes that agent's schedules itself.
-DELETE FROM schedules WHERE agent_id = %(agent_id)s;
+-- A run that finds its agent gone removes that agent's schedules itself, through the narrow
+-- function of migration 0029 (the worker may not delete schedules).
+SELECT remove_schedules_of_missing_agent(%(agent_id)s) AS removed;
 
 -- name: append_run_events
 -- One statement, so one round trip and atomic by itself: lock the running execution FOR SHARE

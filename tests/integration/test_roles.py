@@ -14,6 +14,8 @@ from scheduler.api.app import create_app, stop_hub
 from scheduler.tick import run_tick
 from sql.db import open_pool
 from sql.migrate import apply_grants
+from sql.ids import new_id
+from tests.integration.factories import make_agent, make_tenant
 from tests.integration.test_worker_runs import events
 from tests.integration.workers import running_worker, scalar, until
 
@@ -31,36 +33,118 @@ def granted(db_url, pg_server_url):
     return {role: make_conninfo(db_url, user=role) for role in ROLES}
 
 
-@pytest.mark.parametrize("statement", [
-    "CREATE TABLE evil (id int)",
-    "DROP TABLE executions",
-    "TRUNCATE run_events",
-    "DELETE FROM run_events",
-    "UPDATE schedules SET next_run = now()",
-    "SELECT * FROM api_tokens",
-    "ALTER ROLE tickwork_worker SUPERUSER",
-    "SET ROLE tickwork_api",
-    "SELECT pg_read_file('/etc/passwd')",
-    "COPY executions TO PROGRAM 'true'",
-])
-def test_the_worker_role_is_refused_what_it_has_no_business_doing(granted, statement):
-    with psycopg.connect(granted["tickwork_worker"], autocommit=True) as conn:
+A_UUID = "'00000000-0000-0000-0000-000000000001'"
+FORBIDDEN = {
+    "tickwork_worker": [
+        "CREATE TABLE evil (id int)",
+        "DROP TABLE executions",
+        "TRUNCATE run_events",
+        "DELETE FROM run_events",
+        "UPDATE schedules SET next_run = now()",
+        "SELECT * FROM api_tokens",
+        "ALTER ROLE tickwork_worker SUPERUSER",
+        "SET ROLE tickwork_api",
+        "SELECT pg_read_file('/etc/passwd')",
+        "COPY executions TO PROGRAM 'true'",
+        # A run's own columns only: never whose run it is.
+        "UPDATE executions SET tenant_id = tenant_id",
+        "UPDATE executions SET agent_id = agent_id",
+        "UPDATE executions SET schedule_id = NULL",
+        "UPDATE executions SET input = '{}'",
+        "UPDATE executions SET cancel_requested_at = NULL",
+        "INSERT INTO executions (id, tenant_id, agent_id, trigger_type, trigger_source,"
+        f" scheduled_for, status) VALUES ({A_UUID}, {A_UUID}, {A_UUID}, 'run', 'api', now(),"
+        " 'completed')",
+        "DELETE FROM executions",
+        "DELETE FROM schedules",
+        "DELETE FROM agents",
+        "DELETE FROM tool_catalog",
+        "UPDATE tool_catalog SET key = key",
+        "UPDATE approvals SET status = 'approved'",
+        "SELECT manage_journal_partitions(now(), 1, 1)",
+        "SELECT retention_upkeep(30, 1)",
+    ],
+    "tickwork_api": [
+        "INSERT INTO execution_claims (execution_id, worker_id) VALUES (gen_random_uuid(), 'x')",
+        "UPDATE execution_claims SET worker_id = 'x'",
+        "INSERT INTO run_states (execution_id, version, state) VALUES (gen_random_uuid(), 1, '{}')",
+        "SELECT * FROM tool_call_results",
+        "SELECT state FROM run_states",
+        # The journal is read-only to the API, and partitions are not its business.
+        f"INSERT INTO run_events (execution_id, seq, type) VALUES ({A_UUID}, 1, 'run_start')",
+        "UPDATE run_events SET payload = '{}'",
+        "DELETE FROM run_events",
+        "TRUNCATE run_events",
+        "DROP TABLE run_events_default",
+        "SELECT manage_journal_partitions('2999-01-01', 1, 1)",
+        "SET ROLE tickwork_scheduler",
+        "DELETE FROM executions",
+        "DELETE FROM tool_results",
+        "UPDATE executions SET tenant_id = tenant_id",
+        "UPDATE executions SET run_token = NULL",
+        "CREATE TABLE evil (id int)",
+    ],
+    "tickwork_scheduler": [
+        f"INSERT INTO run_events (execution_id, seq, type) VALUES ({A_UUID}, 1, 'run_start')",
+        "UPDATE executions SET tenant_id = tenant_id",
+        "UPDATE executions SET usage = NULL",
+        "SELECT * FROM api_tokens",
+        "SELECT * FROM run_states",
+        "DELETE FROM agents",
+        "UPDATE approvals SET status = 'approved'",
+        "SET ROLE tickwork_worker",
+    ],
+}
+
+
+@pytest.mark.parametrize(("role", "statement"), [
+    (role, statement) for role, statements in FORBIDDEN.items() for statement in statements])
+def test_each_role_is_refused_what_it_has_no_business_doing(granted, role, statement):
+    with psycopg.connect(granted[role], autocommit=True) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(statement)
 
 
-def test_the_api_role_cannot_claim_runs_or_touch_run_state(granted):
-    # (It can write the journal: POST /v1/tick runs the sweep, whose verdict journals the
-    # terminal event of a timed-out run.)
+def test_the_api_roles_retention_door_keeps_at_least_a_week(granted):
     with psycopg.connect(granted["tickwork_api"], autocommit=True) as conn:
-        for statement in ("INSERT INTO execution_claims (execution_id, worker_id)"
-                          " VALUES (gen_random_uuid(), 'x')",
-                          "UPDATE execution_claims SET worker_id = 'x'",
-                          "INSERT INTO run_states (execution_id, version, state)"
-                          " VALUES (gen_random_uuid(), 1, '{}')",
-                          "SELECT * FROM tool_call_results"):
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                conn.execute(statement)
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="at least 7 days"):
+            conn.execute("SELECT retention_upkeep(1, 1000)")
+        assert conn.execute("SELECT retention_upkeep(7, 1000)").fetchone()[0] == 0
+
+
+def test_the_journal_door_adds_only_a_finished_runs_one_terminal_event(granted, db_url):
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        ids = {}
+        for status in ("running", "failed"):
+            ids[status] = new_id()
+            conn.execute("INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
+                         " trigger_source, scheduled_for, status) VALUES"
+                         " (%s, %s, %s, 'run', 'api', now(), %s)",
+                         (ids[status], tenant, agent, status))
+    with psycopg.connect(granted["tickwork_api"], autocommit=True) as conn:
+        add = "SELECT journal_run_complete(%s, '{\"by\": \"x\"}')"
+        assert conn.execute(add, (ids["running"],)).fetchone()[0] == 0
+        assert conn.execute(add, (ids["failed"],)).fetchone()[0] == 1
+        assert conn.execute(add, (ids["failed"],)).fetchone()[0] == 0
+    assert scalar(db_url, "SELECT count(*) FROM run_events") == 1
+
+
+def test_the_worker_removes_schedules_only_of_an_agent_that_is_gone(granted, db_url):
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        kept, gone = make_agent(conn, tenant, "kept"), make_agent(conn, tenant, "gone")
+        for agent in (kept, gone):
+            conn.execute("INSERT INTO schedules (id, tenant_id, agent_id, cron, next_run)"
+                         " VALUES (%s, %s, %s, '0 9 * * *', now())", (new_id(), tenant, agent))
+        conn.execute("ALTER TABLE schedules DROP CONSTRAINT schedules_agent_id_fkey")
+        conn.execute("DELETE FROM agents WHERE id = %s", (gone,))
+    with psycopg.connect(granted["tickwork_worker"], autocommit=True) as conn:
+        remove = "SELECT remove_schedules_of_missing_agent(%s)"
+        assert conn.execute(remove, (kept,)).fetchone()[0] == 0
+        assert conn.execute(remove, (gone,)).fetchone()[0] == 1
+    assert scalar(db_url, "SELECT count(*) FROM schedules") == 1
 
 
 async def test_api_scheduler_and_worker_do_their_whole_job_with_their_own_grants(granted, settings, tokens, db_url):
@@ -94,13 +178,35 @@ async def test_api_scheduler_and_worker_do_their_whole_job_with_their_own_grants
             journal = await events(api, run_id)
             assert journal[-1]["type"] == "run_complete"
             assert scalar(db_url, "SELECT count(*) FROM demo_outbox") == 1
+            # A second run waits for approval and is cancelled by a person: the API journals
+            # its terminal event through journal_run_complete.
+            waiting = (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).json()["id"]
+            async with running_worker(worker_pool, db_url):
+                await until(db_url, "SELECT breadcrumb = 'suspended' FROM executions"
+                                    " WHERE id = %s", (waiting,))
+            assert (await api.post(f"/v1/runs/{waiting}/cancel")).status_code == 202
+            last = (await events(api, waiting))[-1]
+            assert (last["type"], last["payload"]["by"]) == ("run_complete", "person")
             assert (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).status_code == 202
             manual = (await api.get("/v1/runs", params={"status": "queued"})).json()["items"][0]
             assert (await api.post(f"/v1/runs/{manual['id']}/cancel")).status_code == 202
+            # The HTTP tick (the API's role) sweeps a run past its deadline: failed, journaled,
+            # retried, and its retention runs through retention_upkeep.
+            with psycopg.connect(db_url) as conn:
+                stale = conn.execute(
+                    "INSERT INTO executions (id, tenant_id, agent_id, trigger_type, trigger_source,"
+                    " scheduled_for, status, started_at, deadline)"
+                    " SELECT %s, tenant_id, agent_id, 'run', 'api', now(), 'running', now(),"
+                    " now() - interval '1 minute' FROM executions LIMIT 1 RETURNING id",
+                    (new_id(),)).fetchone()[0]
             operator = {"Authorization": f"Bearer {tokens['operator']}"}
             tick = await api.post("/v1/tick", json={"at": "2026-01-01T00:00:00Z"},
                                   headers=operator)
             assert tick.status_code == 200 and tick.json()["ok"] is True
+            tick = await api.post("/v1/tick", headers=operator)
+            assert tick.json()["ok"] is True and tick.json()["sweep"] == {"failed": 1, "retried": 1}
+            last = (await events(api, str(stale)))[-1]
+            assert (last["type"], last["payload"]["by"]) == ("run_complete", "sweep")
             assert (await api.get("/metrics", headers=operator)).status_code == 200
             swept = await run_tick(scheduler_pool, settings, now=tick_at + timedelta(days=400))
             assert swept.ok and swept.retention_deleted >= 1

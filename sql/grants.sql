@@ -37,7 +37,10 @@ BEGIN
     END IF;
 
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_worker') THEN
-        GRANT SELECT, UPDATE, DELETE ON queue_tasks TO tickwork_worker;
+        -- INSERT: the retry a worker's own deadline verdict or a release mints is queued at
+        -- once, and a released resumed run's resume task is queued again (sweep.sql,
+        -- release.sql).
+        GRANT SELECT, INSERT, UPDATE, DELETE ON queue_tasks TO tickwork_worker;
         GRANT SELECT, INSERT ON execution_claims TO tickwork_worker;
         -- INSERT on executions: at its own deadline a worker gives the sweep's verdict, which
         -- mints the retry (the same code path as the sweep). UPDATE only of what a run changes

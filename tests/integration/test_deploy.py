@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.integration.test_roles import granted  # noqa: F401 (a fixture)
 from tests.integration.test_visible_events import Gate, gated_worker, has_event
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import scalar, until
@@ -105,3 +106,20 @@ async def test_a_released_resumed_run_keeps_its_decision_and_never_sends_twice(a
     assert [e["seq"] for e in journal] == list(range(1, len(journal) + 1))
     assert [e["type"] for e in journal].count("run_complete") == 1
     assert scalar(db_url, "SELECT count(*) FROM executions") == 1
+
+
+async def test_the_worker_role_may_release_a_run_and_queue_its_retry(api, granted, db_url):
+    """Deployed with least-privilege roles (sql/grants.sql), the release still lands."""
+    from sql.db import open_pool
+
+    run_id = await start_run(api, await agent(api, ["demo.get_record"]),
+                             {"script": [{"sleep": 30}, {"text": "Finished."}]})
+    worker_pool = await open_pool(granted["tickwork_worker"], application_name="tickwork-worker")
+    try:
+        async with gated_worker(worker_pool, db_url, model=Gate(), shutdown_grace_seconds=0):
+            await until(db_url, *has_event(run_id, "step_start"), timeout=30)
+    finally:
+        await worker_pool.close()
+    assert row(db_url, run_id, "status, breadcrumb") == ("failed", "released")
+    assert scalar(db_url, "SELECT count(*) FROM queue_tasks q JOIN executions e"
+                          " ON e.id = q.execution_id WHERE e.retry_of = %s", (run_id,)) == 1

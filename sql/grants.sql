@@ -69,6 +69,11 @@ BEGIN
             ON tool_catalog TO tickwork_worker;
         GRANT INSERT ON approvals TO tickwork_worker;
         GRANT SELECT, INSERT ON demo_outbox TO tickwork_worker;
+        -- The webhook deliverer (worker/webhooks/): it signs with the secrets, so only it reads
+        -- them; it claims, records and prunes deliveries (the enqueue triggers of 0034 run as
+        -- the owner, so no role needs INSERT on webhook_deliveries).
+        GRANT SELECT (id, url, secret) ON webhooks TO tickwork_worker;
+        GRANT SELECT, UPDATE, DELETE ON webhook_deliveries TO tickwork_worker;
     END IF;
 
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_api') THEN
@@ -90,6 +95,10 @@ BEGIN
         -- reads (it holds the waiting call's real arguments): only the key is readable.
         GRANT SELECT (execution_id), DELETE ON run_states TO tickwork_api;
         GRANT SELECT, INSERT, DELETE ON stream_tickets TO tickwork_api;
+        -- Webhooks: the API writes a secret once (and shows it once) but never reads it back.
+        GRANT SELECT (id, tenant_id, url, events, created_at), INSERT, DELETE ON webhooks
+            TO tickwork_api;
+        GRANT SELECT ON webhook_deliveries TO tickwork_api;
         -- POST /v1/tick runs the tick as the API's own role: the dispatch with the grants
         -- above (and skipped-fire records), the sweep's journal event through
         -- journal_run_complete, and retention only through retention_upkeep (database clock,

@@ -13,7 +13,7 @@ from scheduler.serialize import parse_utc
 from scheduler.settings import SchedulerSettings
 from sql.db import DatabaseSettings
 from sql.errors import TickworkError
-from tickwork import cli_resources
+from tickwork import cli_resources, cli_webhooks
 from tickwork.client import fail
 from tickwork.logs import configure_logging
 
@@ -22,6 +22,7 @@ app = typer.Typer(help="tickwork: a Postgres-native job queue and scheduler for 
 token_app = typer.Typer(help="API tokens: create, list, revoke.", no_args_is_help=True)
 app.add_typer(token_app, name="token")
 cli_resources.register(app)
+cli_webhooks.register(app)
 
 
 def database_url() -> str:

@@ -15,6 +15,8 @@ from worker.runner import Worker
 from worker.settings import WorkerSettings
 from worker.tools.publish import publish_catalog
 from worker.tools.registry import catalog
+from worker.webhooks.deliverer import serve_deliverer
+from worker.webhooks.settings import WebhookSettings
 
 
 def worker_id() -> str:
@@ -39,9 +41,14 @@ async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event |
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+    # Webhook deliveries go on while the runs drain (their ends are events too), then stop.
+    deliveries_stop = asyncio.Event()
+    deliveries = asyncio.create_task(serve_deliverer(url, WebhookSettings(), deliveries_stop))
     try:
         await worker.run(stop)
     finally:
+        deliveries_stop.set()
+        await deliveries
         await worker.deps.finisher.close()
         await worker.deps.provider.aclose()
         await worker.deps.pool.close()

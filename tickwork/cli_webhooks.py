@@ -1,0 +1,76 @@
+"""`tickwork webhook add | list | rm`: a tenant's webhooks, through the HTTP API."""
+
+from __future__ import annotations
+
+import json
+from typing import List
+from uuid import UUID
+
+import typer
+from rich.table import Table
+
+from tickwork.client import ApiClient, ApiError, fail
+from tickwork.local_zone import machine_zone
+from tickwork.terminal_text import plain_cells
+
+EVENTS = ("approval.required", "run.failed", "run.completed", "run.cancelled")
+webhook_app = typer.Typer(help="Webhooks: signed POSTs when a person is needed or a run ends.",
+                          no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(webhook_app, name="webhook")
+
+
+@webhook_app.command("add")
+def add_webhook(
+        url: str = typer.Argument(..., metavar="URL", help="http(s) URL that receives the POSTs."),
+        event: List[str] = typer.Option(..., "--event", metavar="EVENT",
+                                        help="Repeat for each event: " + ", ".join(EVENTS) + ".")
+) -> None:
+    """Add a webhook; its signing secret is printed once, alone on the last line."""
+    from tickwork.cli_resources import call, out
+
+    created = call(ApiClient(), "POST", "/v1/webhooks", json={"url": url, "events": event})
+    out.print(f"created webhook {created['id']} for {', '.join(created['events'])}",
+              highlight=False)
+    out.print("its signing secret (Tickwork-Signature); store it now, it is not shown again:",
+              highlight=False)
+    typer.echo(created["secret"])
+
+
+@webhook_app.command("list")
+def list_webhooks(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")
+                  ) -> None:
+    """Webhooks: id, URL, events, created (never the secret)."""
+    from tickwork.cli_resources import local_time, out
+
+    try:
+        items = ApiClient().items("/v1/webhooks")
+    except ApiError as exc:
+        fail(exc.message)
+    if as_json:
+        typer.echo(json.dumps({"items": items}))
+        return
+    zone = machine_zone()
+    table = Table("id", "url", "events", "created")
+    for hook in items:
+        table.add_row(*plain_cells(hook["id"], hook["url"], ", ".join(hook["events"]),
+                                   local_time(hook["created_at"], zone)))
+    out.print(table)
+
+
+@webhook_app.command("rm")
+def remove_webhook(webhook_id: str = typer.Argument(..., metavar="ID",
+                                                    help="The webhook's id (webhook list).")
+                   ) -> None:
+    """Remove a webhook; its pending deliveries are dropped."""
+    from tickwork.cli_resources import call, out
+
+    try:
+        UUID(webhook_id)
+    except ValueError:
+        fail(f"{webhook_id[:60]!r} is not a webhook id; ids are UUIDs, see `tickwork webhook "
+             "list`")
+    call(ApiClient(), "DELETE", f"/v1/webhooks/{webhook_id}")
+    out.print(f"removed webhook {webhook_id}", highlight=False)

@@ -1,0 +1,1 @@
+"""Webhook delivery: signed POSTs of run and approval events from tickwork's own queue."""

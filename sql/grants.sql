@@ -119,8 +119,11 @@ BEGIN
     -- Row-level security (migration 0031): the API sees the rows of the tenant its transaction
     -- is scoped to (or every tenant's, for work that spans them by design); the scheduler and
     -- the worker work across tenants and pass.
+    -- webhooks (migration 0033, numbered after 0031) is walled here: ENABLE is idempotent.
     FOREACH table_name IN ARRAY ARRAY['agents', 'schedules', 'executions', 'approvals',
-                                      'skipped_fires'] LOOP
+                                      'skipped_fires', 'webhooks'] LOOP
+        CONTINUE WHEN to_regclass(table_name) IS NULL;
+        EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', table_name);
         EXECUTE format('DROP POLICY IF EXISTS tenant_wall ON %I', table_name);
         EXECUTE format('DROP POLICY IF EXISTS across_tenants ON %I', table_name);
         IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_api') THEN

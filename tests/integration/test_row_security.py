@@ -16,7 +16,7 @@ from sql.ids import new_id
 from tests.integration.factories import make_agent, make_tenant
 from tests.integration.test_roles import granted  # noqa: F401  (the fixture)
 
-WALLED = ("agents", "schedules", "executions", "approvals", "skipped_fires")
+WALLED = ("agents", "schedules", "executions", "approvals", "skipped_fires", "webhooks")
 
 
 def plant(conn: psycopg.Connection, tenant) -> None:
@@ -33,6 +33,9 @@ def plant(conn: psycopg.Connection, tenant) -> None:
                  (str(new_id()), tenant, run))
     conn.execute("INSERT INTO skipped_fires (schedule_id, scheduled_for, tenant_id, reason)"
                  " VALUES (%s, now(), %s, 'overlap')", (schedule, tenant))
+    conn.execute("INSERT INTO webhooks (id, tenant_id, url, events, secret)"
+                 " VALUES (%s, %s, 'https://example.invalid/hook', '{run.failed}', 's')",
+                 (new_id(), tenant))
 
 
 @pytest.fixture

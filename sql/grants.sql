@@ -20,7 +20,9 @@ BEGIN
     END LOOP;
 
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_scheduler') THEN
-        GRANT SELECT, UPDATE ON schedules TO tickwork_scheduler;
+        -- A tick advances a schedule's times, nothing else of it.
+        GRANT SELECT ON schedules TO tickwork_scheduler;
+        GRANT UPDATE (next_run, last_run, updated_at) ON schedules TO tickwork_scheduler;
         GRANT SELECT ON agents TO tickwork_scheduler;
         -- The sweep's verdict changes only these columns; retention deletes finished runs.
         GRANT SELECT, INSERT, DELETE ON executions TO tickwork_scheduler;
@@ -85,8 +87,16 @@ BEGIN
         -- A token's last use (about once a minute) and its revocation (DELETE /v1/tokens/{id});
         -- creating tenants and tokens stays with the owner (`tickwork token create`).
         GRANT UPDATE (last_used_at, revoked_at) ON api_tokens TO tickwork_api;
-        GRANT SELECT, INSERT, UPDATE, DELETE ON agents, schedules TO tickwork_api;
-        GRANT SELECT, INSERT, UPDATE ON approvals TO tickwork_api;
+        -- Column grants: what the routes change (and the tick's dispatch on schedules), never
+        -- whose row it is (tenant_id, agent_id) nor what a person was asked to approve.
+        GRANT SELECT, INSERT, DELETE ON agents, schedules TO tickwork_api;
+        GRANT UPDATE (name, instructions, tools, auto_approve, status, updated_at)
+            ON agents TO tickwork_api;
+        GRANT UPDATE (status, timeout_minutes, overlap, input, display, next_run, last_run,
+                      updated_at)
+            ON schedules TO tickwork_api;
+        GRANT SELECT, INSERT ON approvals TO tickwork_api;
+        GRANT UPDATE (status, reason, decided_at) ON approvals TO tickwork_api;
         -- Runs by hand and the tick's dispatch insert; a cancel and the tick's sweep change
         -- only a run's state, never whose run it is.
         GRANT SELECT, INSERT ON executions TO tickwork_api;

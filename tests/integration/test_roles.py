@@ -84,12 +84,19 @@ FORBIDDEN = {
         "DELETE FROM tool_results",
         "UPDATE executions SET tenant_id = tenant_id",
         "UPDATE executions SET run_token = NULL",
+        "UPDATE agents SET tenant_id = tenant_id",
+        "UPDATE schedules SET tenant_id = tenant_id",
+        "UPDATE schedules SET agent_id = agent_id",
+        "UPDATE approvals SET arguments = '{}'",
+        "UPDATE approvals SET execution_id = execution_id",
         "CREATE TABLE evil (id int)",
     ],
     "tickwork_scheduler": [
         f"INSERT INTO run_events (execution_id, seq, type) VALUES ({A_UUID}, 1, 'run_start')",
         "UPDATE executions SET tenant_id = tenant_id",
         "UPDATE executions SET usage = NULL",
+        "UPDATE schedules SET input = '{}'",
+        "UPDATE schedules SET tenant_id = tenant_id",
         "SELECT * FROM api_tokens",
         "SELECT * FROM run_states",
         "DELETE FROM agents",
@@ -189,6 +196,12 @@ async def test_api_scheduler_and_worker_do_their_whole_job_with_their_own_grants
                     {"tool_calls": [{"name": "demo.send_message",
                                      "arguments": {"recipient": "ops", "text": "hi"}}]},
                     {"text": "Sent."}]}})).json()
+            # Updates under the API's column grants (and row security): agent and schedule.
+            assert (await api.put(f"/v1/agents/{agent['id']}", json={
+                "name": "least", "instructions": "be brief", "tools": agent["tools"]})
+                    ).status_code == 200
+            assert (await api.patch(f"/v1/schedules/{schedule['id']}",
+                                    json={"timeout_minutes": 6})).json()["timeout_minutes"] == 6
             tick_at = datetime.now(timezone.utc) + timedelta(minutes=2)
             outcome = await run_tick(scheduler_pool, settings, now=tick_at)
             assert outcome.ok and outcome.dispatch.created == 1

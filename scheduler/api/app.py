@@ -8,7 +8,8 @@ from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 
 from scheduler.api import (agents_routes, approvals_routes, ops_routes, runs_routes,
-                           schedules_routes, tokens_routes, viewer, webhooks_routes)
+                           schedules_routes, stats_routes, tokens_routes, viewer,
+                           webhooks_routes)
 from scheduler.api.body_guard import BodyGuard
 from scheduler.api.errors import install_error_handlers
 from scheduler.settings import SchedulerSettings
@@ -47,7 +48,7 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
     if pool is not None:
         app.state.pool = pool
     for module in (agents_routes, schedules_routes, runs_routes, approvals_routes, ops_routes,
-                   tokens_routes, webhooks_routes, viewer):
+                   tokens_routes, webhooks_routes, stats_routes, viewer):
         app.include_router(module.router)
     install_error_handlers(app)
     app.add_middleware(BodyGuard, max_bytes=MAX_BODY_BYTES)

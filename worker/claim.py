@@ -1,9 +1,10 @@
-"""Taking work: lease queue tasks, then the idempotency claim that starts exactly one run.
+"""Taking work: one statement starts fresh runs; resumes are leased, then taken back once.
 
-A task is leased first (a worker that dies before claiming leaves a lease that expires and the
-task is delivered again). The claim inserts the execution id with ON CONFLICT DO NOTHING;
-claimed nothing means a duplicate delivery, and no agent code runs. A resume task (named by its
-approval id) instead takes a suspended run back to running, once.
+A fresh run is started by claim_queued_runs alone: it picks run tasks, inserts each one's
+idempotency claim with ON CONFLICT DO NOTHING (claimed nothing means a duplicate delivery, and
+no agent code runs) and starts the run, all in one statement. Only resume tasks (named by their
+approval id) are leased: a worker that dies before taking the suspended run back leaves a lease
+that expires and the task is delivered again; the resume itself happens once.
 """
 
 from __future__ import annotations
@@ -14,10 +15,8 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from sql import QUERIES, failpoints
+from sql import QUERIES
 from sql.ids import new_id
-
-DUPLICATE = {"skipped": "duplicate execution"}
 
 
 @dataclass(frozen=True)
@@ -41,24 +40,6 @@ async def lease_tasks(pool: AsyncConnectionPool, *, limit: int,
         cursor = await conn.execute(QUERIES["lease_queue_tasks"],
                                     {"limit": limit, "lease_seconds": lease_seconds})
         return [LeasedTask(**row) for row in await cursor.fetchall()]
-
-
-async def claim_execution(pool: AsyncConnectionPool, *, execution_id: UUID, task_name: str,
-                          worker_id: str) -> Claim:
-    """Claim the execution and start its run (run_start is event 1), in one transaction."""
-    run_token = new_id()
-    async with pool.connection() as conn:
-        async with conn.transaction():
-            cursor = await conn.execute(QUERIES["claim_execution"], {
-                "execution_id": execution_id, "task_name": task_name, "worker_id": worker_id,
-                "run_token": run_token})
-            row = await cursor.fetchone()
-            await failpoints.hit("claim.after_insert_before_commit")
-    if not row["claimed"]:
-        return Claim(None, None, DUPLICATE)
-    if row["id"] is None:
-        return Claim(None, None, {"skipped": "execution is no longer queued"})
-    return Claim(row, run_token, None)
 
 
 async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID,

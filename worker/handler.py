@@ -25,7 +25,7 @@ from sql.journal import RunFenced, RunJournal
 from sql.lifecycle import fail_timed_out
 from worker.agent_loop import ROOT_SEQ, Loop, RunOutcome, Suspension, run_agent, run_pending
 from worker.calls import CallPolicy, approval_payload, execute, rejected
-from worker.claim import LeasedTask, claim_execution, claim_resume
+from worker.claim import LeasedTask, claim_resume
 from worker.model import ModelProvider
 from worker.redact import for_journal, redact
 from worker.settings import WorkerSettings
@@ -62,19 +62,15 @@ async def run_claimed(execution: dict[str, Any], deps: RunDeps) -> dict[str, Any
 
 
 async def handle_task(task: LeasedTask, deps: RunDeps) -> dict[str, Any]:
-    resume = task.kind == "resume"
-    claim = await (claim_resume(deps.pool, execution_id=task.execution_id, task_name=task.name)
-                   if resume else
-                   claim_execution(deps.pool, execution_id=task.execution_id, task_name=task.name,
-                                   worker_id=deps.worker_id))
+    """A leased resume task (the only kind leased): the suspended run back to running, once."""
+    claim = await claim_resume(deps.pool, execution_id=task.execution_id, task_name=task.name)
     if claim.skipped is not None:
         log.info("delivery_skipped", execution_id=str(task.execution_id), **claim.skipped)
         return claim.skipped
     execution = claim.execution
-    next_seq = (execution["last_seq"] or 0) + 1 if resume else ROOT_SEQ + 1
     agent = await _load_agent(deps.pool, execution["agent_id"])
-    return await _run(execution, claim.run_token, next_seq, deps, task.name if resume else None,
-                      agent)
+    return await _run(execution, claim.run_token, (execution["last_seq"] or 0) + 1, deps,
+                      task.name, agent)
 
 
 async def _run(execution: dict[str, Any], run_token: UUID, next_seq: int, deps: RunDeps,

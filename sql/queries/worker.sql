@@ -1,16 +1,17 @@
 -- name: lease_queue_tasks
--- Lease up to %(limit)s tasks: ready ones first, then ones whose lease expired (a worker died
--- before its idempotency claim). Each half reads its own partial index; SKIP LOCKED keeps
--- workers apart.
+-- Lease up to %(limit)s resume tasks: ready ones first, then ones whose lease expired (a worker
+-- died before taking the run back). Only resumes are leased: a fresh run is started by
+-- claim_queued_runs alone. Each half reads its own partial index; SKIP LOCKED keeps workers
+-- apart.
 WITH ready AS (
     SELECT name FROM queue_tasks
-     WHERE lease_expires_at IS NULL AND available_at <= now()
+     WHERE kind = 'resume' AND lease_expires_at IS NULL AND available_at <= now()
      ORDER BY available_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
 ), expired AS (
     SELECT name FROM queue_tasks
-     WHERE lease_expires_at < now()
+     WHERE kind = 'resume' AND lease_expires_at < now()
      ORDER BY lease_expires_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
@@ -24,41 +25,6 @@ UPDATE queue_tasks q
   FROM picked AS p
  WHERE q.name = p.name
 RETURNING q.name, q.kind, q.execution_id, q.deliveries;
-
--- name: claim_execution
--- The idempotency claim, in one transaction with the start of the run: insert the claim
--- (a second delivery inserts nothing), move the execution to running with a fresh deadline and
--- run token, write run_start as event 1, and drop the queue task: from here on the execution
--- row carries the run, and the stale sweep is its safety net.
-WITH claim AS (
-    INSERT INTO execution_claims (execution_id, worker_id)
-    VALUES (%(execution_id)s, %(worker_id)s)
-    ON CONFLICT (execution_id) DO NOTHING
-    RETURNING execution_id
-), started AS (
-    UPDATE executions e
-       SET status = 'running', started_at = now(), run_token = %(run_token)s,
-           deadline = now() + make_interval(mins => e.timeout_minutes)
-      FROM claim
-     WHERE e.id = claim.execution_id AND e.status = 'queued'
-    RETURNING e.*
-), journaled AS (
-    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
-    SELECT id, 1, NULL, 'run_start',
-           jsonb_build_object('attempt', attempt, 'trigger_type', trigger_type,
-                              'trigger_source', trigger_source, 'worker_id', %(worker_id)s::text)
-      FROM started
-    RETURNING 1
-), dropped AS (
-    DELETE FROM queue_tasks WHERE name = %(task_name)s
-), tails_woken AS (
-    SELECT pg_notify('tickwork_events', id::text) FROM started
-)
-SELECT started.*, (SELECT count(*) FROM claim) AS claimed,
-       (SELECT count(*) FROM journaled) AS journaled,
-       (SELECT count(*) FROM tails_woken) AS tails_woken
-  FROM started
- RIGHT JOIN (SELECT 1) AS always ON true;
 
 -- name: get_agent_for_run
 SELECT id, name, instructions, tools, auto_approve, status FROM agents WHERE id = %(agent_id)s;
@@ -129,18 +95,28 @@ SELECT e.id, e.status, e.breadcrumb,
 SELECT status FROM executions WHERE id = %(id)s;
 
 -- name: claim_queued_runs
--- The fast path for fresh runs: in one statement, pick up to %(limit)s queued run tasks
--- (SKIP LOCKED), insert their idempotency claims (a duplicate inserts nothing and runs
--- nothing), start the claimed executions with a deadline and run token, write run_start as
--- event 1, drop the tasks, and return each started run with its agent. Nothing is leased
--- between picking and claiming, so a worker that dies here either committed (the sweep owns
--- the run from then on) or did not (the task is still queued).
-WITH picked AS (
+-- The one statement that starts fresh runs: pick up to %(limit)s run tasks (ready ones, then
+-- leftovers an older worker leased and never claimed, once their lease expired; SKIP LOCKED),
+-- insert their idempotency claims (a duplicate inserts nothing and runs nothing), start the
+-- claimed executions with a deadline and run token, write run_start as event 1, drop the
+-- tasks, and return each started run with its agent. Nothing is leased between picking and
+-- claiming, so a worker that dies here either committed (the sweep owns the run from then on)
+-- or did not (the task is still queued).
+WITH ready AS (
     SELECT name, execution_id FROM queue_tasks
      WHERE kind = 'run' AND lease_expires_at IS NULL AND available_at <= now()
      ORDER BY available_at
      LIMIT %(limit)s
        FOR UPDATE SKIP LOCKED
+), leftover AS (
+    SELECT name, execution_id FROM queue_tasks
+     WHERE kind = 'run' AND lease_expires_at < now()
+     ORDER BY lease_expires_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT name, execution_id FROM ready UNION ALL SELECT name, execution_id FROM leftover
+     LIMIT %(limit)s
 ), claimed AS (
     INSERT INTO execution_claims (execution_id, worker_id)
     SELECT execution_id, %(worker_id)s FROM picked

@@ -18,7 +18,7 @@ from scheduler.sweep import sweep_stale
 from sql.journal import RunFenced, RunJournal
 from tests.integration.test_worker_runs import events, make_agent, start_run
 from tests.integration.workers import run_deps, scalar, until
-from worker.claim import claim_execution
+from worker.claim import claim_queued_runs
 from worker.providers.routing import ProviderSettings, build_router
 from worker.runner import Worker
 from worker.tools.registry import ToolSpec, arguments_model
@@ -141,9 +141,9 @@ async def test_a_fence_found_by_a_background_flush_stops_the_run_and_the_sweep_v
 async def claimed_journal(api, pool, run_input: dict) -> RunJournal:
     """A started run's journal, written by the test itself (no worker)."""
     run_id = await start_run(api, await make_agent(api, ["demo.get_record"]), run_input)
-    claim = await claim_execution(pool, execution_id=UUID(run_id), task_name=run_id,
-                                  worker_id="test")
-    return RunJournal(pool, UUID(run_id), claim.run_token, next_seq=2, redact=lambda p: p)
+    [started] = await claim_queued_runs(pool, limit=1, worker_id="test")
+    assert str(started["id"]) == run_id
+    return RunJournal(pool, UUID(run_id), started["run_token"], next_seq=2, redact=lambda p: p)
 
 
 async def test_events_emitted_between_flushes_land_once_each_in_seq_order(api, pool, db_url):

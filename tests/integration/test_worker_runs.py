@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta, timezone
 
+import psycopg
 
 from scheduler.sweep import sweep_stale
 from sql import failpoints
-from worker.claim import LeasedTask
-from worker.handler import handle_task
-from tests.integration.workers import run_deps, running_worker, scalar, until
+from sql.db import open_pool
+from worker.claim import claim_queued_runs
+from tests.integration.workers import running_worker, scalar, until
 
 DEMO_TOOLS = ["demo.get_record", "demo.list_records", "demo.search_records", "query_file",
               "read_file", "update_plan"]
@@ -71,19 +72,46 @@ async def test_a_scripted_run_goes_from_queued_to_done_with_every_event_in_order
     assert by_seq[8]["payload"]["outcome"] == "done"
 
 
-async def test_the_same_execution_delivered_ten_times_concurrently_runs_once(api, pool, db_url):
+async def test_ten_workers_racing_for_one_queued_run_start_it_once(api, pool, db_url):
     agent_id = await make_agent(api)
     run_id = await start_run(api, agent_id, {"script": [{"text": "Once."}]})
-    deps = run_deps(pool)
-    task = LeasedTask(name=run_id, kind="run", execution_id=__import__("uuid").UUID(run_id),
-                      deliveries=1)
-    results = await asyncio.gather(*[handle_task(task, deps) for _ in range(10)])
-    assert results.count({"skipped": "duplicate execution"}) == 9
-    assert results.count({"status": "completed", "outcome": "done"}) == 1
+    pools = [await open_pool(db_url, application_name=f"tickwork-test-{i}", max_size=1)
+             for i in range(10)]  # ten sessions, as ten workers would have
+    try:
+        started = await asyncio.gather(*[claim_queued_runs(p, limit=5, worker_id=f"w{i}")
+                                         for i, p in enumerate(pools)])
+    finally:
+        for p in pools:
+            await p.close()
+    assert sorted(len(rows) for rows in started) == [0] * 9 + [1]
     assert scalar(db_url, "SELECT count(*) FROM run_events WHERE type = 'run_start'") == 1
     assert scalar(db_url, "SELECT count(*) FROM execution_claims") == 1
+    assert scalar(db_url, "SELECT count(*) FROM queue_tasks WHERE name = %s", (run_id,)) == 0
+
+
+async def test_a_leftover_leased_run_task_starts_once_and_a_claimed_duplicate_runs_nothing(
+        api, pool, db_url):
+    # Tasks an older worker leased and never claimed (its lease expired): the one start
+    # statement takes them; one whose execution that older worker did claim starts nothing.
+    agent_id = await make_agent(api)
+    leftover = await start_run(api, agent_id, {"script": [{"text": "Left over."}]})
+    claimed_elsewhere = await start_run(api, agent_id, {"script": [{"text": "Elsewhere."}]})
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE queue_tasks SET lease_expires_at = now() - interval '1 second',"
+                     " deliveries = 1")
+        conn.execute("INSERT INTO execution_claims (execution_id, worker_id) VALUES (%s, 'old')",
+                     (claimed_elsewhere,))
+    async with running_worker(pool, db_url):
+        await until(db_url, *finished(leftover))
+    assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 0
+    assert scalar(db_url, "SELECT status FROM executions WHERE id = %s",
+                  (claimed_elsewhere,)) == "queued"
     assert scalar(db_url, "SELECT count(*) FROM run_events WHERE execution_id = %s",
-                  (run_id,)) == 5  # run_start, step_start, content_delta, gate_decision, run_complete
+                  (claimed_elsewhere,)) == 0
+    assert scalar(db_url, "SELECT worker_id FROM execution_claims WHERE execution_id = %s",
+                  (claimed_elsewhere,)) == "old"
+    assert scalar(db_url, "SELECT count(*) FROM run_events WHERE execution_id = %s"
+                          " AND type = 'run_complete'", (leftover,)) == 1
 
 
 async def test_a_run_whose_agent_is_gone_fails_in_band_and_removes_its_schedules(api, pool, db_url):

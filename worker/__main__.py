@@ -9,6 +9,7 @@ import socket
 
 from sql.db import open_pool
 from sql.finisher import Finisher
+from worker import tracing
 from worker.handler import RunDeps
 from worker.providers.routing import ProviderSettings, build_router
 from worker.runner import Worker
@@ -35,6 +36,7 @@ async def build_worker(url: str, settings: WorkerSettings) -> Worker:
 
 
 async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event | None = None) -> None:
+    tracing.setup()  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     worker = await build_worker(url, settings)
     if stop is None:
         stop = asyncio.Event()
@@ -52,3 +54,4 @@ async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event |
         await worker.deps.finisher.close()
         await worker.deps.provider.aclose()
         await worker.deps.pool.close()
+        await asyncio.to_thread(tracing.shutdown)  # exports the spans still batched

@@ -18,6 +18,7 @@ from typing import Awaitable, Callable
 
 from sql import failpoints
 from sql.journal import RunJournal
+from worker import tracing
 from worker.model import Message, ToolCall
 from worker.toolbox import ToolBox, refusal
 from worker.tools.registry import ToolSpec
@@ -77,12 +78,14 @@ async def process_call(call: ToolCall, state: RunState, toolbox: ToolBox, journa
     if isinstance(decision, Refuse):
         return refused(journal, call, decision.wall, decision.message, step)
     if needs_approval(spec, call.arguments, policy):
+        tracing.tool_not_run(spec.key, call.id, step, awaiting_approval=True)
         return NeedsApproval(call, spec)
     return await execute(call, spec, toolbox, journal, policy, step,
                          auto_approved=spec.key in policy.auto_approve)
 
 
 def refused(journal: RunJournal, call: ToolCall, wall: str, text: str, step: int) -> Message:
+    tracing.tool_not_run(call.name, call.id, step, wall=wall)
     journal.emit("budget_refusal", {"tool": call.name, "wall": wall, "message": text,
                                     "call_id": call.id, **_provider(call)}, parent=step)
     return Message("tool", text, tool_call_id=call.id)
@@ -98,16 +101,19 @@ async def execute(call: ToolCall, spec: ToolSpec, toolbox: ToolBox, journal: Run
     # Calls with effects (every class but read) are recorded once done, keyed by the harness's
     # name for the call, so a resume delivered twice replays the record instead of the effect.
     recorded = not spec.is_local and spec.tool_class != UNASKED_CLASS
-    stored = await policy.stored_result(call.id) if recorded else None
-    duration_ms = 0.0
-    if stored is not None:
-        text, ok = stored  # it already ran (a resume delivered twice): never run it again
-    else:
-        outcome = await toolbox.call(call, spec, step=step)
-        text, ok, duration_ms = outcome.text, outcome.ok, outcome.duration_ms
-        await failpoints.hit("run.after_tool_effect_before_tool_complete")
-        if recorded:
-            await policy.store_result(call.id, text, ok)
+    with tracing.tool_call(spec.key, call.id, step, tool_class=spec.tool_class,
+                           approval_id=approval_id, auto_approved=auto_approved or None) as span:
+        stored = await policy.stored_result(call.id) if recorded else None
+        duration_ms = 0.0
+        if stored is not None:
+            text, ok = stored  # it already ran (a resume delivered twice): never run it again
+        else:
+            outcome = await toolbox.call(call, spec, step=step)
+            text, ok, duration_ms = outcome.text, outcome.ok, outcome.duration_ms
+            await failpoints.hit("run.after_tool_effect_before_tool_complete")
+            if recorded:
+                await policy.store_result(call.id, text, ok)
+        tracing.note_tool(span, ok=ok, replayed=stored is not None)
     journal.emit("tool_complete", {"tool": spec.key, "call_id": call.id, "ok": ok,
                                    "result_chars": len(text), "duration_ms": duration_ms,
                                    "replayed": stored is not None}, parent=started)

@@ -27,6 +27,7 @@ from worker.agent_loop import ROOT_SEQ, Loop, RunOutcome, Suspension, run_agent,
 from worker.calls import CallPolicy, approval_payload, execute, rejected
 from worker.claim import LeasedTask, claim_resume
 from worker.model import ModelProvider
+from worker import tracing
 from worker.redact import for_journal, redact
 from worker.settings import WorkerSettings
 from worker.state import STATE_VERSION, CorruptState, RunState
@@ -81,11 +82,15 @@ async def _run(execution: dict[str, Any], run_token: UUID, next_seq: int, deps: 
     bound = log.bind(execution_id=str(execution["id"]), agent_id=str(execution["agent_id"]),
                      schedule_id=str(execution["schedule_id"]))
     bound.info("run_resumed" if approval_id else "run_started", attempt=execution["attempt"])
-    try:
-        return await _guarded(execution, agent, journal, deps, bound, approval_id)
-    except RunFenced:
-        bound.warning("run_fenced")  # the sweep judged it first; its verdict stands
-        return {"fenced": True}
+    # Every delivery is a root span of the trace keyed by the execution id (worker/tracing.py).
+    with tracing.run(execution, worker_id=deps.worker_id, resumed=approval_id) as span:
+        try:
+            result = await _guarded(execution, agent, journal, deps, bound, approval_id)
+        except RunFenced:
+            bound.warning("run_fenced")  # the sweep judged it first; its verdict stands
+            result = {"fenced": True}
+        tracing.end_run(span, result)
+        return result
 
 
 async def _guarded(execution: dict, agent: dict | None, journal: RunJournal, deps: RunDeps,
@@ -196,6 +201,7 @@ async def _finish(journal: RunJournal, outcome: RunOutcome, bound,
                  parent=ROOT_SEQ)
     await journal.finish(status=outcome.status, outcome=outcome.outcome, reason=outcome.reason,
                          finisher=finisher, usage=usage)
+    tracing.note_run(**{f"usage.{k}": v for k, v in (usage or {}).items()})
     bound.info("run_finished", status=outcome.status, outcome=outcome.outcome)
     return {"status": outcome.status, "outcome": outcome.outcome}
 
@@ -214,6 +220,7 @@ async def _release(journal: RunJournal, bound, pool: AsyncConnectionPool, execut
                       "decision stands and the run resumes again at once",
             "units_left": (saved_state or {}).get("units_left")}, parent=ROOT_SEQ)
     released = await journal.release(approval_id, saved_state)
+    tracing.note_run(released=True)
     bound.warning("run_released", **{k: str(v) for k, v in released.items()})
 
 

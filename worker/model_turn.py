@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from sql.journal import RunJournal
+from worker import tracing
 from worker.context import masked_count, masked_for_model
 from worker.model import ContextTooLong, Message, Reply
 from worker.state import RunState
@@ -55,8 +56,10 @@ async def _complete(state: RunState, loop: Loop, step: int, sent: list[Message])
     stream = TextStream(lambda payload: loop.journal.emit("content_delta", payload, parent=step),
                         monotonic=loop.monotonic)
     try:
-        reply = await loop.provider.complete("default", sent, loop.toolbox.schemas(),
-                                             state.view(loop.run_input), on_text=stream)
+        with tracing.model_call("default", step) as span:
+            reply = await loop.provider.complete("default", sent, loop.toolbox.schemas(),
+                                                 state.view(loop.run_input), on_text=stream)
+            tracing.note_usage(span, reply.usage)
     except BaseException:
         stream.discard()
         raise
@@ -88,8 +91,11 @@ async def ask_judge(state: RunState, loop: Loop, step: int) -> tuple[str, str]:
     window = state.messages[-loop.gate.judge_window:]
 
     async def ask(compact: bool) -> Reply:
-        return await loop.provider.complete("judge", judge_messages(window, compact=compact), [],
-                                            state.view(loop.run_input))
+        with tracing.model_call("judge", step) as span:
+            reply = await loop.provider.complete("judge", judge_messages(window, compact=compact),
+                                                 [], state.view(loop.run_input))
+            tracing.note_usage(span, reply.usage)
+            return reply
     try:
         judged = await ask(False)
     except ContextTooLong as exc:

@@ -1,10 +1,11 @@
 """OpenTelemetry traces of runs: a span per run delivery, per model call and per tool call.
 
 On only when OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set:
-``setup`` then builds a TracerProvider (service name ``tickwork-worker``) with a
-BatchSpanProcessor and the OTLP/HTTP exporter, which reads its endpoint, headers and timeout
-from the standard OTEL_* variables itself. Unset, the SDK is never imported and every hook
-returns one shared do-nothing object: a global check and a return per hook, nothing else.
+``setup`` then builds a TracerProvider (service name ``tickwork-worker`` unless
+OTEL_SERVICE_NAME says otherwise) with a BatchSpanProcessor and the OTLP/HTTP exporter, which
+reads its headers, timeout and the batch settings from the standard OTEL_* variables itself.
+Unset (or OTEL_SDK_DISABLED=true), the SDK is never imported and every hook returns one shared
+do-nothing object: a global check and a return per hook, nothing else.
 
 The provider is this module's own, not OpenTelemetry's global one, so a library that sets
 the global provider changes nothing here and tests can set up and tear down at will.
@@ -35,7 +36,7 @@ TOOL_NAME_CHARS = 200
 
 _provider: Any = None  # the SDK's TracerProvider while traces are on
 _tracer: Any = None  # None: traces are off and every hook is a no-op
-# The trace id the next root span takes (the execution id), read by _RunTraceIds.
+# The trace id the next root span takes (the execution id), read by RunTraceIds.
 _next_trace_id: ContextVar[int | None] = ContextVar("tickwork_trace_id", default=None)
 # The span of the run delivery in progress, so deeper code can annotate it (usage, release).
 _run_span: ContextVar[Any] = ContextVar("tickwork_run_span", default=None)

@@ -38,6 +38,11 @@ BEGIN
         GRANT EXECUTE ON FUNCTION manage_journal_partitions(timestamptz, integer, integer),
                                   journal_run_complete(uuid, jsonb)
             TO tickwork_scheduler;
+        -- The sweep's verdict ends runs: the webhook enqueue trigger (0034, 0035) reads which
+        -- webhooks want the event (never their secrets) and queues through a narrow door.
+        GRANT SELECT (tenant_id, events) ON webhooks TO tickwork_scheduler;
+        GRANT EXECUTE ON FUNCTION webhooks_queue_run_end(uuid), webhooks_queue_approval(text)
+            TO tickwork_scheduler;
     END IF;
 
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_worker') THEN
@@ -76,8 +81,10 @@ BEGIN
         -- The webhook deliverer (worker/webhooks/): it signs with the secrets, so only it reads
         -- them; it claims, records and prunes deliveries (the enqueue triggers of 0034 run as
         -- the owner, so no role needs INSERT on webhook_deliveries).
-        GRANT SELECT (id, url, secret) ON webhooks TO tickwork_worker;
+        GRANT SELECT (id, tenant_id, events, url, secret) ON webhooks TO tickwork_worker;
         GRANT SELECT, UPDATE, DELETE ON webhook_deliveries TO tickwork_worker;
+        GRANT EXECUTE ON FUNCTION webhooks_queue_run_end(uuid), webhooks_queue_approval(text)
+            TO tickwork_worker;
     END IF;
 
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_api') THEN
@@ -111,6 +118,10 @@ BEGIN
         GRANT SELECT (id, tenant_id, url, events, created_at), INSERT, DELETE ON webhooks
             TO tickwork_api;
         GRANT SELECT ON webhook_deliveries TO tickwork_api;
+        -- A cancel ends a run: the enqueue trigger asks whether the tenant has a webhook for
+        -- it, then queues through the narrow door of 0035.
+        GRANT EXECUTE ON FUNCTION webhooks_queue_run_end(uuid), webhooks_queue_approval(text)
+            TO tickwork_api;
         -- POST /v1/tick runs the tick as the API's own role: the dispatch with the grants
         -- above (and skipped-fire records), the sweep's journal event through
         -- journal_run_complete, and retention only through retention_upkeep (database clock,

@@ -8,6 +8,8 @@ import asyncio
 from datetime import datetime, timedelta, timezone
 
 import httpx
+import psycopg
+import pytest
 
 from scheduler.api.app import create_app, stop_hub
 from scheduler.sweep import sweep_stale
@@ -85,3 +87,24 @@ async def test_two_deliverers_side_by_side_send_each_delivery_exactly_once(api, 
                 await pool.close()
     ids = [r.headers["tickwork-delivery"] for r in receiver.received]
     assert sent == len(ids) == len(set(ids)) == 30
+
+
+async def test_the_queueing_doors_called_by_hand_add_only_what_was_due_once(granted, api,
+                                                                             db_url):
+    await api.post("/v1/webhooks", json={"url": "https://example.com/h", "events": ALL})
+    agent_id = await agent(api)
+    waiting = await start_run(api, agent_id, {})
+    ended = await start_run(api, agent_id, {})
+    assert (await api.post(f"/v1/runs/{ended}/cancel")).status_code == 202
+    assert scalar(db_url, "SELECT count(*) FROM webhook_deliveries") == 1
+    for role in ("tickwork_worker", "tickwork_api", "tickwork_scheduler"):
+        with psycopg.connect(granted[role], autocommit=True) as conn:
+            for run_id in (waiting, ended):  # a queued run is not over; an ended one is queued
+                assert conn.execute("SELECT webhooks_queue_run_end(%s)",
+                                    (run_id,)).fetchone() == (0,)
+            assert conn.execute("SELECT webhooks_queue_approval(%s)",
+                                (f"{waiting}:nope",)).fetchone() == (0,)
+            if role != "tickwork_worker":  # the deliverer signs with the secrets
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute("SELECT secret FROM webhooks")
+    assert scalar(db_url, "SELECT count(*) FROM webhook_deliveries") == 1

@@ -79,8 +79,8 @@ BEGIN
         GRANT INSERT ON approvals TO tickwork_worker;
         GRANT SELECT, INSERT ON demo_outbox TO tickwork_worker;
         -- The webhook deliverer (worker/webhooks/): it signs with the secrets, so only it reads
-        -- them; it claims, records and prunes deliveries (the enqueue triggers of 0034 run as
-        -- the owner, so no role needs INSERT on webhook_deliveries).
+        -- them; it claims, records and prunes deliveries (events are queued through the
+        -- narrow doors of 0035, so no role needs INSERT on webhook_deliveries).
         GRANT SELECT (id, tenant_id, events, url, secret) ON webhooks TO tickwork_worker;
         GRANT SELECT, UPDATE, DELETE ON webhook_deliveries TO tickwork_worker;
         GRANT EXECUTE ON FUNCTION webhooks_queue_run_end(uuid), webhooks_queue_approval(text)

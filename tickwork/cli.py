@@ -8,6 +8,7 @@ import os
 from typing import Optional
 
 import typer
+from pydantic import ValidationError
 
 from scheduler.serialize import parse_utc
 from scheduler.settings import SchedulerSettings
@@ -26,7 +27,10 @@ cli_webhooks.register(app)
 
 
 def database_url() -> str:
-    url = DatabaseSettings().database_url
+    try:  # the pool sizes are checked here too, before any process starts
+        url = DatabaseSettings().database_url
+    except ValidationError as exc:
+        fail(settings_error(exc))
     if not url:
         fail("set TICKWORK_DATABASE_URL to a Postgres URL (or use `tickwork up`, which starts an "
              "embedded Postgres)")
@@ -68,14 +72,29 @@ def scheduler() -> None:
     asyncio.run(serve_scheduler(database_url(), SchedulerSettings()))
 
 
+def settings_error(exc: ValidationError) -> str:
+    """A setting pydantic refused, as one sentence naming its variable."""
+    first = exc.errors()[0]
+    name = "TICKWORK_" + "_".join(str(part) for part in first["loc"]).upper()
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{message} ({name})" if first["loc"] else f"{message} (TICKWORK_POOL_*_SIZE)"
+
+
 @app.command()
-def worker(concurrency: int = typer.Option(4, min=1, max=256, help="Runs at once.")) -> None:
+def worker(concurrency: Optional[int] = typer.Option(
+        None, help="Runs at once (default: TICKWORK_CONCURRENCY, or 4). Memory is the limit.")
+           ) -> None:
     """Run agent runs from the queue (any number side by side)."""
     from worker.__main__ import serve_worker
     from worker.settings import WorkerSettings
 
     configure_logging()
-    asyncio.run(serve_worker(database_url(), WorkerSettings(concurrency=concurrency)))
+    url = database_url()
+    try:
+        settings = WorkerSettings(**({} if concurrency is None else {"concurrency": concurrency}))
+    except ValidationError as exc:
+        fail(settings_error(exc))
+    asyncio.run(serve_worker(url, settings))
 
 
 @app.command()

@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool
 from scheduler.api.app import create_app
 from scheduler.settings import SchedulerSettings
 from scheduler.tick import TickOutcome, run_tick
-from sql.db import open_pool
+from sql.db import DatabaseSettings, open_pool, pool_sizes
 
 log = structlog.get_logger()
 
@@ -32,7 +32,8 @@ def start_minute_tick(pool: AsyncConnectionPool, settings: SchedulerSettings) ->
 
 
 async def serve_scheduler(url: str, settings: SchedulerSettings) -> None:
-    pool = await open_pool(url, application_name="tickwork-scheduler", max_size=4)
+    pool = await open_pool(url, application_name="tickwork-scheduler",
+                           **pool_sizes(DatabaseSettings()))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -59,9 +60,9 @@ class _QuietExitServer(uvicorn.Server):
 
 async def serve_api(url: str, settings: SchedulerSettings, host: str, port: int,
                     *, with_scheduler: bool = False, with_worker: bool = False) -> None:
-    # No per-checkout check: every handler copes with a lost connection (a 503 that says try
-    # again), and live tails take connections often enough for the extra round trip to show.
-    pool = await open_pool(url, application_name="tickwork-api", check=False)
+    # No per-checkout round trip: the pool replaces connections the server hung up on for free
+    # (sql.db.Pool), and live tails take connections often enough for a round trip to show.
+    pool = await open_pool(url, application_name="tickwork-api", **pool_sizes(DatabaseSettings()))
     app = create_app(settings, pool=pool)
     # Live tails never end on their own: a shutdown gives them 5 s, then closes them (clients
     # resume from Last-Event-ID against another API process).

@@ -7,7 +7,7 @@ import os
 import signal
 import socket
 
-from sql.db import open_pool
+from sql.db import DatabaseSettings, open_pool, pool_sizes
 from sql.finisher import Finisher
 from worker import tracing
 from worker.handler import RunDeps
@@ -27,8 +27,10 @@ def worker_id() -> str:
 async def build_worker(url: str, settings: WorkerSettings) -> Worker:
     specs = catalog()
     await asyncio.to_thread(publish_catalog, url, specs)  # the API validates agents against it
+    # The operator's pool size, not one per run: a run holds a connection only while one of
+    # its statements runs, never while its model or a tool works.
     pool = await open_pool(url, application_name="tickwork-worker",
-                           max_size=max(4, settings.concurrency * 2 + 1), check=False)
+                           **pool_sizes(DatabaseSettings()))
     deps = RunDeps(pool=pool, provider=build_router(ProviderSettings()),
                    catalog={spec.key: spec for spec in specs}, settings=settings,
                    worker_id=worker_id(), finisher=Finisher(pool))

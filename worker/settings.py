@@ -1,11 +1,14 @@
 """Worker settings, from TICKWORK_* environment variables; passed in, never read globally."""
 
+from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore")
 
+    # Runs one worker process holds at once: a ceiling the operator picks (memory is the
+    # limit; a run waiting on its model or a tool holds no connection).
     concurrency: int = 4
     poll_interval_seconds: float = 1.0
     lease_seconds: int = 60
@@ -37,3 +40,10 @@ class WorkerSettings(BaseSettings):
     # much memory (worker/tools/sandbox.py).
     query_file_time_limit_seconds: float = 2.0
     query_file_memory_mb: int = 512
+
+    @field_validator("concurrency")
+    @classmethod
+    def _at_least_one(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(f"concurrency must be a whole number of at least 1 (got {value})")
+        return value

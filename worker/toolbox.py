@@ -21,6 +21,7 @@ from uuid import UUID
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
+from sql.db import PerStatement
 from worker.model import ToolCall, ToolSchema, canonical_name
 from worker.tools import local
 from worker.tools.offload import maybe_offload
@@ -30,11 +31,15 @@ from worker.tools.sandbox import QueryLimits
 
 @dataclass
 class ToolContext:
-    """What a vendor tool receives besides its arguments."""
+    """What a vendor tool receives besides its arguments. ``conn`` runs each statement on a
+    pooled connection taken for that statement only (sql.db.PerStatement): no connection is
+    held while the tool waits on anything else; ``pool`` is there for a tool that needs a
+    transaction."""
 
     conn: Any
     execution_id: UUID
     idempotency_key: str
+    pool: AsyncConnectionPool | None = None
 
 
 @dataclass
@@ -91,12 +96,14 @@ class ToolBox:
             raise ValueError(f"{'.'.join(map(str, first['loc'])) or 'arguments'}: {first['msg']}")
 
     async def _run(self, spec: ToolSpec, arguments: dict[str, Any], step: int) -> ToolOutcome:
+        # A connection per statement, never for the whole call: a vendor's wait or
+        # query_file's child process (up to its time limit) holds none.
+        conn = PerStatement(self._pool)
         try:
-            async with self._pool.connection() as conn:
-                value = await self._invoke(spec, arguments, conn, step)
-                text = await maybe_offload(conn, execution_id=self._execution_id, tool=spec.key,
-                                           value=self._redact(value), threshold=self._threshold,
-                                           preview_chars=self._preview)
+            value = await self._invoke(spec, arguments, conn, step)
+            text = await maybe_offload(conn, execution_id=self._execution_id, tool=spec.key,
+                                       value=self._redact(value), threshold=self._threshold,
+                                       preview_chars=self._preview)
         except local.ToolInputError as exc:
             return ToolOutcome(json.dumps({"error": str(exc)}), False)
         except Exception as exc:  # a tool's failure is the model's information, not a crash
@@ -107,7 +114,8 @@ class ToolBox:
     async def _invoke(self, spec: ToolSpec, arguments: dict[str, Any], conn: Any, step: int) -> Any:
         if spec.is_local:
             return await self._local(spec.key, arguments, conn)
-        context = ToolContext(conn, self._execution_id, f"{self._execution_id}:{step}")
+        context = ToolContext(conn, self._execution_id, f"{self._execution_id}:{step}",
+                              self._pool)
         try:
             return await asyncio.wait_for(spec.function(context, **arguments), self._timeout)
         except asyncio.TimeoutError:

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from scheduler.runs import start_agent_run
 from scheduler.sweep import sweep_stale
@@ -200,3 +201,38 @@ async def test_runs_survive_a_postgres_restart_without_loss_or_repeats():
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def worker_sessions(db_url: str) -> int:
+    return scalar(db_url, "SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                          " current_database() AND application_name = 'tickwork-worker'")
+
+
+async def test_tickwork_worker_honours_the_concurrency_and_pool_size_settings(db_url):
+    ids = await queue_runs(db_url, [{"sleep": 60}, {"text": "Late."}], count=5)
+    worker = WorkerProcess(db_url, concurrency=None, TICKWORK_CONCURRENCY="3",
+                           TICKWORK_POOL_MIN_SIZE="5", TICKWORK_POOL_MAX_SIZE="5")
+    try:
+        # The worker claims at most its free slots in one statement, so 3 start together.
+        await until(db_url, "SELECT count(*) >= 3 FROM executions WHERE status = 'running'")
+        counts = scalar(db_url, "SELECT array[count(*) FILTER (WHERE status = 'running'),"
+                                " count(*) FILTER (WHERE status = 'queued')] FROM executions"
+                                " WHERE id = ANY(%s::uuid[])", (ids,))
+        assert counts == [3, 2]
+        assert worker_sessions(db_url) == 5  # its pool, opened at its minimum: 5
+    finally:
+        worker.kill()
+
+
+@pytest.mark.parametrize("flag, env", [(0, {}), (None, {"TICKWORK_CONCURRENCY": "0"}),
+                                       (None, {"TICKWORK_POOL_MAX_SIZE": "0"})])
+def test_tickwork_worker_refuses_bad_settings_in_one_sentence_and_starts_nothing(
+        db_url, flag, env):
+    worker = WorkerProcess(db_url, concurrency=flag, **env)
+    assert worker.process.wait(timeout=60) == 1
+    error = " ".join(worker.process.stderr.read().split())
+    assert error.startswith("error: ")
+    assert ("concurrency must be a whole number of at least 1 (got 0)" in error
+            or "pool sizes must satisfy" in error)
+    assert "Traceback" not in error
+    assert worker_sessions(db_url) == 0

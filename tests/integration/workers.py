@@ -68,9 +68,10 @@ async def until(db_url: str, sql: str, params: tuple = (), *, timeout: float = 6
 class WorkerProcess:
     """`tickwork worker` as a real process (for kill -9, SIGTERM and restarts)."""
 
-    def __init__(self, db_url: str, *, concurrency: int = 2, **env: str) -> None:
+    def __init__(self, db_url: str, *, concurrency: int | None = 2, **env: str) -> None:
+        flag = [] if concurrency is None else ["--concurrency", str(concurrency)]  # None: env's
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tickwork.cli", "worker", "--concurrency", str(concurrency)],
+            [sys.executable, "-m", "tickwork.cli", "worker", *flag],
             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "TICKWORK_DATABASE_URL": db_url, "TICKWORK_TEST_MODE": "1",
                  "TICKWORK_POLL_INTERVAL_SECONDS": "0.2", **env})

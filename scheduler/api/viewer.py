@@ -1,6 +1,8 @@
-"""The run viewer: one static page at `/` (runs, live run trees, pending approvals).
+"""The run viewer: one static page at `/` (runs with filters and a runs-per-minute chart, live
+run trees with cancel, pending approvals, schedules with their fire history, agents).
 
-The page, its script and its stylesheet are public and hold no data. Everything they show
+The page, its scripts (static/*.js, plain, no build step) and its stylesheet are public and
+hold no data. Everything they show
 comes through the authenticated API: the operator token, typed once and kept in the tab's
 sessionStorage, goes in an `Authorization: Bearer` header; the live tail uses the browser's
 own EventSource with a short-lived, run-scoped stream ticket, never the token in a URL.

@@ -14,9 +14,11 @@ from scheduler.serialize import parse_utc
 from scheduler.settings import SchedulerSettings
 from sql.db import DatabaseSettings
 from sql.errors import TickworkError
-from tickwork import cli_resources, cli_webhooks
+from tickwork import cli_help, cli_resources, cli_webhooks
 from tickwork.client import fail
 from tickwork.logs import configure_logging
+
+cli_help.install()
 
 app = typer.Typer(help="tickwork: a Postgres-native job queue and scheduler for AI-agent runs.",
                   no_args_is_help=True, add_completion=False)
@@ -55,8 +57,9 @@ def migrate() -> None:
 
 
 @app.command()
-def api(host: str = "127.0.0.1", port: int = 8080) -> None:
-    """Serve the HTTP API."""
+def api(host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+        port: int = typer.Option(8080, help="Port of the API and the viewer.")) -> None:
+    """Serve the HTTP API and the viewer."""
     from tickwork.processes import serve_api
 
     configure_logging()
@@ -187,9 +190,10 @@ def token_revoke(token_or_id: str = typer.Argument(..., metavar="TOKEN_OR_ID",
 
 
 @app.command()
-def up(port: int = 8080, host: str = "127.0.0.1") -> None:
-    """Run everything on this machine: migrate, API, scheduler and a worker in one process, on
-    an embedded Postgres when TICKWORK_DATABASE_URL is not set."""
+def up(port: int = typer.Option(8080, help="Port of the API and the viewer."),
+       host: str = typer.Option("127.0.0.1", help="Address to listen on.")) -> None:
+    """Run everything on this machine (API, viewer, scheduler, a worker), on an embedded
+    Postgres unless TICKWORK_DATABASE_URL is set; one `up` per data folder."""
     from tickwork.local import run_up
 
     configure_logging("warning")

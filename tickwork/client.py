@@ -53,6 +53,33 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.body, self.message = status, body, message
 
+    def said_to_user(self, flags: dict[str, str] | None = None) -> str:
+        """The message in the words the user typed: the API's field becomes the CLI flag
+        (timeout_minutes -> --timeout) and the validator's phrasing reads as a sentence."""
+        field = self.body.get("field") if isinstance(self.body, dict) else None
+        if not field:
+            return self.message
+        name = (flags or {}).get(field, repr(field))
+        rest = self.message
+        for prefix in (f"{field}: ", f"{field} "):
+            if rest.startswith(prefix):
+                rest = rest[len(prefix):]
+                break
+        else:
+            return self.message  # a sentence of its own that happens to carry a field
+        for raw, plain in _PYDANTIC_WORDS:
+            if rest.startswith(raw):
+                rest = plain + rest[len(raw):]
+                break
+        return f"{name} {rest}"
+
+
+# pydantic's phrasing, as the API passes it on, and how a sentence about a flag reads.
+_PYDANTIC_WORDS = (("Input should be", "must be"), ("String should have", "must have"),
+                   ("List should have", "must have"), ("Value error, ", "is not valid: "),
+                   ("Field required", "is required"), ("Extra inputs are not permitted",
+                                                      "is not a known field"))
+
 
 def _json_or_none(response: httpx.Response) -> Any:
     try:
@@ -63,5 +90,7 @@ def _json_or_none(response: httpx.Response) -> Any:
 
 def fail(message: str, code: int = 1) -> None:
     # The message can quote what a model or a person typed: printed as text, never markup.
-    err.print(Text.assemble(("error:", "red"), " ", safe(message)), highlight=False)
+    # soft_wrap: one sentence stays one line (a script or a test reads it whole).
+    err.print(Text.assemble(("error:", "red"), " ", safe(message)), highlight=False,
+              soft_wrap=True)
     raise typer.Exit(code)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
 
 import psycopg
 import typer
@@ -14,9 +15,11 @@ from scheduler.settings import SchedulerSettings
 from scheduler.tokens import authenticate, create_token, list_tokens, revoke_token
 from sql.db import connect
 from sql.errors import TickworkError, Unauthorized
+from tickwork.client import fail
 
 LOCAL_TENANT = "local"
 TOKEN_FILE = "local-admin-token"
+UP_LOCK_FILE = "up.lock"
 
 
 class NotTheOwner(TickworkError):
@@ -85,6 +88,9 @@ def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str
 
     embedded = None
     data_root = default_data_root()
+    # Before anything else: a second `up` on the same data must not touch the embedded
+    # Postgres, the token or the port of the one already running. The lock dies with us.
+    lock = hold_up_lock(data_root, f"http://{host}:{port}")
     if not url:
         from sql.embedded import start_embedded
 
@@ -93,7 +99,8 @@ def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str
     try:
         migrate_and_publish(url)
         token = local_admin_token(url, data_root)
-        typer.echo(f"tickwork is up: API http://{host}:{port}  database {url}")
+        typer.echo(f"tickwork is up: API http://{host}:{port}  database {redact_url(url)}")
+        typer.echo(f"viewer: http://{host}:{port}/ (paste the token below when it asks)")
         typer.echo(f"export TICKWORK_API_URL=http://{host}:{port} TICKWORK_TOKEN={token}",
                    color=False)
         asyncio.run(serve_api(url, SchedulerSettings(), host, port, with_scheduler=True,
@@ -101,3 +108,41 @@ def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str
     finally:
         if embedded is not None:
             embedded.stop()
+        lock.close()
+
+
+def hold_up_lock(data_root: Path, api_url: str) -> IO[str]:
+    """Hold `<data root>/up.lock` (flock, released when this process ends, however it ends) or
+    refuse at once, naming the `up` that holds it. Only creates the data folder if it is new."""
+    try:
+        for folder in reversed([p for p in [data_root, *data_root.parents] if not p.exists()]):
+            folder.mkdir(exist_ok=True)
+            os.chmod(folder, 0o755)  # whatever the umask: the embedded server's user traverses it
+        handle = open(data_root / UP_LOCK_FILE, "a+")
+    except OSError as exc:
+        fail(f"cannot use the data folder {data_root}: {exc.strerror}; set TICKWORK_DATA_DIR "
+             "to a folder you may write")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        fail(f"tickwork is already running on the data folder {data_root} ({holder}); stop it "
+             "first, or give this one its own folder with TICKWORK_DATA_DIR")
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}, API {api_url}\n")
+    handle.flush()
+    return handle
+
+
+def redact_url(url: str) -> str:
+    """A database URL without its password (the embedded one has one since it asks for it)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))

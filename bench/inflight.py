@@ -1,0 +1,200 @@
+"""bench/inflight.py: how many runs ONE worker process holds in flight, and what they cost.
+
+N runs, each a scripted model turn that sleeps (5 s by default) and then answers, are queued
+in one transaction while a single `tickwork worker --concurrency N` waits for work. Ideal time
+is the sleep itself (every run waits at once); actual time is from the queueing commit to the
+last run's finish, both on the database clock. Prints efficiency (ideal / actual), the peak
+number of connections the worker's pool had open (pg_stat_activity by application_name,
+sampled every 0.1 s), the worker's peak RSS and RSS per in-flight run (peak minus the idle
+worker's RSS, over N). Exactly-once is checked: N run_start events and N completed runs.
+
+    TICKWORK_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres \\
+        .venv/bin/python bench/inflight.py --runs 1000
+
+Without TICKWORK_DATABASE_URL the bench starts its own embedded Postgres. Last line: JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/scratch.py
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import psycopg  # noqa: E402
+from psycopg.types.json import Jsonb  # noqa: E402
+
+from scratch import WorkerProcess, describe_server, say, scratch_database  # noqa: E402
+from sql.ids import new_id  # noqa: E402
+from sql.migrate import migrate  # noqa: E402
+from worker.tools.publish import publish_catalog  # noqa: E402
+
+SCRATCH_DB = "tickwork_bench_inflight"
+STALL_SECONDS = 60.0
+# Every run queued at one commit, as a burst of cron fires would queue them.
+ENQUEUE = """
+WITH inserted AS (
+    INSERT INTO executions (id, tenant_id, agent_id, trigger_type, trigger_source,
+                            scheduled_for, max_attempts, timeout_minutes, input)
+    SELECT gen_random_uuid(), %(tenant_id)s, %(agent_id)s, 'run', 'api', now(), 1, 5,
+           %(input)s
+      FROM generate_series(1, %(runs)s)
+    RETURNING id
+), queued AS (
+    INSERT INTO queue_tasks (name, kind, execution_id)
+    SELECT id::text, 'run', id FROM inserted
+    RETURNING 1
+)
+SELECT count(*) AS queued, pg_notify('tickwork_tasks', 'run') AS notified FROM queued
+"""
+PROGRESS = """
+SELECT count(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled')) AS done,
+       (SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name = 'tickwork-worker') AS pool,
+       (SELECT count(*) FROM pg_stat_activity
+         WHERE datname = current_database() AND application_name LIKE 'tickwork-%%'
+           AND application_name <> 'tickwork-worker') AS other
+  FROM executions
+"""
+VERDICT = """
+SELECT count(*) FILTER (WHERE status = 'completed' AND outcome = 'done') AS completed,
+       (SELECT count(*) FROM run_events WHERE type = 'run_start') AS run_starts,
+       extract(epoch FROM max(finished_at) - %(queued_at)s) AS actual_s,
+       percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY extract(epoch FROM started_at - %(queued_at)s)) AS start_p50_s,
+       extract(epoch FROM max(started_at) - %(queued_at)s) AS start_max_s
+  FROM executions
+"""
+
+
+def setup(url: str) -> tuple[object, object]:
+    migrate(url)
+    publish_catalog(url)
+    tenant_id, agent_id = new_id(), new_id()
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO tenants (id, name) VALUES (%s, 'bench')", (tenant_id,))
+        conn.execute("INSERT INTO agents (id, tenant_id, name, instructions) "
+                     "VALUES (%s, %s, 'bench-agent', 'Answer briefly.')", (agent_id, tenant_id))
+    return tenant_id, agent_id
+
+
+def rss_kb(pid: int, field: str = "VmRSS") -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise SystemExit(f"no {field} for process {pid}")
+
+
+def wait_for_worker(url: str, worker: WorkerProcess) -> None:
+    """Until the worker's pool and listener are connected (it is idle and listening)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            worker.check_alive()
+            listening = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name = 'tickwork-worker-listen'").fetchone()[0]
+            if listening:
+                return
+            time.sleep(0.1)
+    raise SystemExit("the worker never started listening")
+
+
+def measure(url: str, args: argparse.Namespace) -> dict:
+    tenant_id, agent_id = setup(url)
+    run_input = Jsonb({"script": [{"sleep": args.sleep}, {"text": "ok"}]})
+    log_path = Path(tempfile.gettempdir()) / "tickwork-bench-inflight-worker.log"
+    os.environ["TICKWORK_POOL_MAX_SIZE"] = str(args.pool_max_size)
+    worker = WorkerProcess(url, args.runs, log_path)
+    try:
+        wait_for_worker(url, worker)
+        time.sleep(0.5)  # let the idle worker settle before its baseline
+        idle_rss = rss_kb(worker.pid)
+        profiler = None
+        if args.py_spy:  # collapsed stacks of the worker while the runs are in flight
+            profiler = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record",
+                                         "-p", str(worker.pid), "-r", "50", "--format", "raw",
+                                         "-o", args.py_spy], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+            time.sleep(1.0)  # attached before the runs are queued
+        peak_rss, peak_pool, peak_other, done = idle_rss, 0, 0, 0
+        with psycopg.connect(url, autocommit=True) as conn:
+            with conn.transaction():
+                conn.execute(ENQUEUE, {"tenant_id": tenant_id, "agent_id": agent_id,
+                                       "input": run_input, "runs": args.runs})
+                queued_at = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+            say(f"queued {args.runs:,} runs at once; worker idle RSS {idle_rss / 1024:.1f} MB")
+            last_change = time.monotonic()
+            while done < args.runs:
+                time.sleep(0.1)
+                worker.check_alive()
+                now_done, pool, other = conn.execute(PROGRESS).fetchone()
+                peak_pool, peak_other = max(peak_pool, pool), max(peak_other, other)
+                peak_rss = max(peak_rss, rss_kb(worker.pid))
+                if now_done != done:
+                    done, last_change = now_done, time.monotonic()
+                elif time.monotonic() - last_change > STALL_SECONDS + args.sleep:
+                    raise SystemExit(f"stalled at {done:,} of {args.runs:,} runs")
+            peak_rss = max(peak_rss, rss_kb(worker.pid, "VmHWM"))
+            if profiler is not None:
+                profiler.send_signal(signal.SIGINT)
+                profiler.wait(timeout=30)
+                say(f"py-spy: collapsed stacks in {args.py_spy}")
+            verdict = conn.execute(VERDICT, {"queued_at": queued_at}).fetchone()
+    finally:
+        worker.stop()
+    completed, run_starts, actual_s, start_p50_s, start_max_s = verdict
+    if completed != args.runs or run_starts != args.runs:
+        raise SystemExit(f"expected {args.runs} completed runs and run_start events, got "
+                         f"{completed} and {run_starts}")
+    actual_s = float(actual_s)
+    return {
+        "runs_in_flight": args.runs, "sleep_s": args.sleep, "ideal_s": args.sleep,
+        "actual_s": round(actual_s, 3), "efficiency": round(args.sleep / actual_s, 3),
+        "start_p50_s": round(float(start_p50_s), 3), "start_max_s": round(float(start_max_s), 3),
+        "pool_max_size": args.pool_max_size, "peak_pool_connections": peak_pool,
+        "peak_other_worker_connections": peak_other,
+        "idle_rss_mb": round(idle_rss / 1024, 1), "peak_rss_mb": round(peak_rss / 1024, 1),
+        "rss_kb_per_inflight_run": round((peak_rss - idle_rss) / args.runs, 1),
+    }
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5000, help="runs in flight (= concurrency)")
+    parser.add_argument("--sleep", type=float, default=5.0, help="seconds each model turn waits")
+    parser.add_argument("--pool-max-size", type=int, default=10,
+                        help="TICKWORK_POOL_MAX_SIZE for the worker")
+    parser.add_argument("--py-spy", metavar="PATH",
+                        help="record the worker with py-spy (collapsed stacks) into PATH")
+    args = parser.parse_args()
+    if args.runs < 1 or args.sleep <= 0 or args.pool_max_size < 1:
+        parser.error("--runs and --pool-max-size must be at least 1 and --sleep above 0")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    with scratch_database(SCRATCH_DB) as url:
+        describe_server(url, ("max_connections", "synchronous_commit"))
+        figures = measure(url, args)
+    say(f"efficiency {figures['efficiency']:.3f} ({figures['ideal_s']:g} s ideal, "
+        f"{figures['actual_s']:.2f} s actual; starts p50 {figures['start_p50_s']:.2f} s, "
+        f"last {figures['start_max_s']:.2f} s)")
+    say(f"connections: pool peak {figures['peak_pool_connections']} of "
+        f"{figures['pool_max_size']}, other worker connections {figures['peak_other_worker_connections']}")
+    say(f"RSS: idle {figures['idle_rss_mb']} MB, peak {figures['peak_rss_mb']} MB, "
+        f"{figures['rss_kb_per_inflight_run']} kB per in-flight run")
+    print(json.dumps(figures), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from uuid import uuid4
 
 import pytest
 
@@ -34,13 +35,13 @@ async def add_hook(api, url: str, events=ALL) -> dict:
 
 async def cancelled_run(api) -> str:
     """A run.cancelled event through the API's real cancel of a queued run."""
-    run_id = await start_run(api, await agent(api), {})
+    run_id = await start_run(api, await agent(api, name=f"hooked-{uuid4().hex[:8]}"), {})
     assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code in (200, 202)
     return run_id
 
 
 def due_at(db_url: str):
-    return scalar(db_url, "SELECT next_attempt_at FROM webhook_deliveries")
+    return scalar(db_url, "SELECT min(next_attempt_at) FROM webhook_deliveries")
 
 
 async def deliveries(api, hook_id: str) -> list[dict]:
@@ -184,3 +185,25 @@ async def test_a_receiver_that_hangs_does_not_hold_up_runs(api, db_url):
             worker.process.terminate()
             worker.process.wait(timeout=60)
     assert {r.document["data"]["run_id"] for r in receiver.received} == set(runs)
+
+
+async def test_finished_deliveries_leave_the_log_after_the_keep_days_pending_ones_stay(
+        api, pool, db_url, deliverer):
+    from sql import QUERIES
+
+    with Receiver(answers=(500,)) as receiver:
+        await add_hook(api, receiver.url, ["run.cancelled"])
+        await cancelled_run(api)
+        await cancelled_run(api)
+        first = scalar(db_url, "SELECT max(next_attempt_at) FROM webhook_deliveries")
+        attempts = await deliverer.deliver_once(now=first)
+    assert sorted(a.status for a in attempts) == ["delivered", "pending"]
+    prune = QUERIES["prune_webhook_deliveries"]
+    async with pool.connection() as conn:
+        await conn.execute(prune, {"now": first + timedelta(days=6), "keep_days": 7,
+                                   "limit": 100})
+        assert scalar(db_url, "SELECT count(*) FROM webhook_deliveries") == 2  # not old enough
+        await conn.execute(prune, {"now": first + timedelta(days=8), "keep_days": 7,
+                                   "limit": 100})
+    assert scalar(db_url, "SELECT count(*) FROM webhook_deliveries") == 1
+    assert scalar(db_url, "SELECT status FROM webhook_deliveries") == "pending"

@@ -22,7 +22,9 @@ from worker.webhooks.settings import WebhookSettings
 
 @pytest.fixture
 async def deliverer(pool):
-    deliverer = Deliverer(pool, WebhookSettings(webhook_timeout_seconds=5))
+    # The receiver is on a loopback port: a private address, refused unless allowed.
+    deliverer = Deliverer(pool, WebhookSettings(webhook_timeout_seconds=5,
+                                                webhook_allow_private_addresses=True))
     yield deliverer
     await deliverer.aclose()
 
@@ -138,7 +140,7 @@ async def test_an_approval_and_a_completed_run_reach_the_receiver_through_a_work
                                               "arguments": {"recipient": "ops", "text": "hi"}}]},
                              {"text": "Sent."}]}
         run_id = await start_run(api, agent_id, script)
-        worker = WorkerProcess(db_url)
+        worker = WorkerProcess(db_url, TICKWORK_WEBHOOK_ALLOW_PRIVATE_ADDRESSES="1")
         try:
             await until(db_url, *suspended(run_id))
             await asyncio.to_thread(receiver.wait_for, lambda r: r.of_type("approval.required"))
@@ -169,7 +171,8 @@ async def test_a_receiver_that_hangs_does_not_hold_up_runs(api, db_url):
         agent_id = await agent(api)
         runs = [await start_run(api, agent_id, {"script": [{"text": f"Done {i}."}]})
                 for i in range(4)]
-        worker = WorkerProcess(db_url, concurrency=1, TICKWORK_WEBHOOK_TIMEOUT_SECONDS="120")
+        worker = WorkerProcess(db_url, concurrency=1, TICKWORK_WEBHOOK_TIMEOUT_SECONDS="120",
+                               TICKWORK_WEBHOOK_ALLOW_PRIVATE_ADDRESSES="1")
         try:
             # Every run ends while the receiver still holds a delivery open and none has been
             # answered: the runs never waited on a delivery.
@@ -207,3 +210,18 @@ async def test_finished_deliveries_leave_the_log_after_the_keep_days_pending_one
                                    "limit": 100})
     assert scalar(db_url, "SELECT count(*) FROM webhook_deliveries") == 1
     assert scalar(db_url, "SELECT status FROM webhook_deliveries") == "pending"
+
+
+async def test_a_private_address_is_refused_unless_the_workers_allow_it(api, pool, db_url):
+    with Receiver() as receiver:
+        hook = await add_hook(api, receiver.url.replace("127.0.0.1", "localhost"))
+        await cancelled_run(api)
+        strict = Deliverer(pool, WebhookSettings())
+        try:
+            [refused] = await strict.deliver_once()
+        finally:
+            await strict.aclose()
+        assert receiver.received == [] and refused.status == "pending"
+        [logged] = await deliveries(api, hook["id"])
+        assert logged["last_error"].startswith("refused: localhost is 127.0.0.1")
+        assert "TICKWORK_WEBHOOK_ALLOW_PRIVATE_ADDRESSES=1" in logged["last_error"]

@@ -32,7 +32,7 @@ async def test_every_role_queues_its_events_and_the_worker_role_delivers_them(
     scheduler_pool = await open_pool(granted["tickwork_scheduler"],
                                      application_name="tickwork-scheduler")
     app = create_app(settings, pool=api_pool)
-    deliverer = Deliverer(worker_pool, WebhookSettings())
+    deliverer = Deliverer(worker_pool, WebhookSettings(webhook_allow_private_addresses=True))
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
                                      base_url="http://api.test",
@@ -74,7 +74,8 @@ async def test_two_deliverers_side_by_side_send_each_delivery_exactly_once(api, 
             run_id = await start_run(api, agent_id, {})
             assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 202
         pools = [await open_pool(db_url, application_name=f"deliverer-{i}") for i in range(2)]
-        deliverers = [Deliverer(pool, WebhookSettings(webhook_concurrency=4)) for pool in pools]
+        settings = WebhookSettings(webhook_concurrency=4, webhook_allow_private_addresses=True)
+        deliverers = [Deliverer(pool, settings) for pool in pools]
         try:
             sent = 0
             while scalar(db_url, "SELECT count(*) FROM webhook_deliveries"

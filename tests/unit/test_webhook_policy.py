@@ -42,3 +42,14 @@ def test_the_body_is_the_same_bytes_every_time_and_carries_the_contract_fields()
                                  "created_at": "2026-12-01T06:00:00Z", "data": data}
     sent = headers("d-1", "s", first, 5)
     assert sent["Tickwork-Delivery"] == "d-1" and sent["Tickwork-Signature"].startswith("t=5,v1=")
+
+
+def test_only_public_addresses_count_as_public():
+    from worker.webhooks.address_guard import private_address
+
+    for address in ("127.0.0.1", "10.1.2.3", "192.168.0.1", "172.16.5.4", "169.254.169.254",
+                    "100.64.0.1", "0.0.0.0", "::1", "fe80::1%eth0", "fd00::1",
+                    "::ffff:10.0.0.1", "224.0.0.1"):
+        assert private_address(address), address
+    for address in ("8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"):
+        assert not private_address(address), address

@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sql import QUERIES
 from sql.db import connect
+from worker.webhooks.address_guard import refusal
 from worker.webhooks.policy import HORIZON_SECONDS, delivery_body, headers, retry_delay
 from worker.webhooks.settings import WebhookSettings
 
@@ -92,7 +93,11 @@ class Deliverer:
 
     async def _post(self, url: str, body: bytes, sent_headers: dict[str, str]
                     ) -> tuple[int | None, str | None]:
-        """(status code, error sentence); the response body is never read."""
+        """(status code, error sentence); the response body is never read. Redirects are not
+        followed (a 3xx is a failed attempt), so the address checked is the one posted to."""
+        refused = await refusal(url, allow_private=self._settings.webhook_allow_private_addresses)
+        if refused:
+            return None, refused
         try:
             async with self._http.stream("POST", url, content=body,
                                          headers=sent_headers) as response:

@@ -84,6 +84,9 @@ async def test_the_schedules_page_shows_local_time_controls_and_a_coalesced_fire
     first = scalar(db_url, "SELECT next_run FROM schedules WHERE id = %s", (often["id"],))
     outcome = await run_tick(pool, settings, now=first + timedelta(minutes=15, seconds=20))
     assert outcome.ok and outcome.dispatch.created == 1
+    # Its run is still queued at the next fire: that fire is skipped (overlap "skip").
+    outcome = await run_tick(pool, settings, now=first + timedelta(minutes=20, seconds=20))
+    assert outcome.ok and outcome.dispatch.created == 0
 
     async with serving(create_app(settings, pool=pool)) as server, chromium_page() as page:
         await open_viewer(page, server, tokens["acme"], "#/schedules")
@@ -127,7 +130,12 @@ async def test_the_schedules_page_shows_local_time_controls_and_a_coalesced_fire
         run_id = scalar(db_url, "SELECT id::text FROM executions WHERE schedule_id = %s",
                         (often["id"],))
         await expect(coalesced.locator(f'a[href="#/runs/{run_id}"]')).to_have_count(3)
-        await expect(page.locator("#history-summary")).to_have_text("1 ran on time3 coalesced")
+        overlap = page.locator('#history-table tr[data-reason="overlap"]')
+        await expect(overlap.locator(".badge")).to_have_text("skipped: still running")
+        await expect(overlap.locator("td.why")).to_contain_text("had not finished")
+        await expect(overlap.locator(f'a[href="#/runs/{run_id}"]')).to_have_count(1)
+        await expect(page.locator("#history-summary")).to_have_text(
+            "1 ran on time3 coalesced1 skipped while still running")
         await screenshot(page, "viewer-schedule-history.png")
         await no_violations(page)
 
@@ -137,7 +145,7 @@ async def test_the_schedules_page_shows_local_time_controls_and_a_coalesced_fire
 async def test_the_agents_page_shows_tools_what_waits_for_a_person_and_status(
         api, pool, settings, tokens):
     reader = await make_agent(api, "reader", tools=["demo.get_record"],
-                              instructions="Summarise the records.")
+                              instructions="<img src=x onerror=window.pwned=1>Summarise.")
     sender = await make_agent(api, "sender", tools=["demo.get_record", "demo.send_message"])
     trusted = await make_agent(api, "trusted", tools=["demo.send_message"],
                                auto_approve=["demo.send_message"], status="paused")
@@ -148,7 +156,9 @@ async def test_the_agents_page_shows_tools_what_waits_for_a_person_and_status(
         rows = page.locator("#agents tbody tr")
         await expect(rows).to_have_count(3)
         reader_row = page.locator(f'tr[data-agent="{reader}"]')
-        await expect(reader_row.locator("td.name")).to_have_text("readerSummarise the records.")
+        await expect(reader_row.locator("td.name")).to_have_text(
+            "reader<img src=x onerror=window.pwned=1>Summarise.")  # as text, not markup
+        assert await page.evaluate("window.pwned") is None
         await expect(reader_row.locator(".chip.asks")).to_have_count(0)
         sender_row = page.locator(f'tr[data-agent="{sender}"]')
         await expect(sender_row.locator(".chip.asks")).to_have_text(["demo.send_message ‖"])
@@ -281,19 +291,22 @@ async def test_the_chart_draws_each_minutes_runs_by_outcome(api, pool, db_url, s
         await expect(chart.locator("g[data-minute]")).to_have_count(60)
         column = chart.locator(f'g[data-minute="{twenty}"]')
         await expect(column).to_have_attribute("data-total", "3")
-        await expect(column.locator('rect[data-outcome="done"]')).to_have_attribute("data-count", "2")
-        await expect(column.locator('rect[data-outcome="failed"]')).to_have_attribute("data-count", "1")
+        done, failed = (column.locator(f'rect[data-outcome="{o}"]') for o in ("done", "failed"))
+        await expect(done).to_have_attribute("data-count", "2")
+        await expect(failed).to_have_attribute("data-count", "1")
         later = chart.locator(f'g[data-minute="{five}"]')
         await expect(later.locator("rect.bar")).to_have_count(1)
         await expect(later.locator('rect[data-outcome="cancelled"]')).to_have_attribute(
             "data-count", "1")
         await expect(chart.locator('g[data-total="0"]')).to_have_count(58)
-        await expect(page.locator(".legend li")).to_have_text(["done 2", "failed 1", "cancelled 1"])
+        await expect(page.locator(".legend li")).to_have_text(
+            ["done 2", "failed 1", "cancelled 1"])
         await expect(page.locator("#activity-total")).to_have_text(" · 4 runs")
-        done_height = float(await column.locator('rect[data-outcome="done"]').get_attribute("height"))
-        failed_height = float(await column.locator('rect[data-outcome="failed"]').get_attribute("height"))
+        done_height = float(await done.get_attribute("height"))
+        failed_height = float(await failed.get_attribute("height"))
         assert done_height == pytest.approx(2 * failed_height)  # bars in proportion to counts
-        await expect(column.locator("title")).to_have_text(re.compile(r"^\d\d:\d\d: 2 done, 1 failed$"))
+        await expect(column.locator("title")).to_have_text(
+            re.compile(r"^\d\d:\d\d: 2 done, 1 failed$"))
         await page.mouse.move(0, 0)
         await screenshot(page, "viewer-chart.png")
         await no_violations(page)

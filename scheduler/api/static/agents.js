@@ -27,14 +27,16 @@ function agentTable(agents, classes, scheduled) {
     return el("p", {class: "empty"}, "No agents yet. `tickwork agent apply FILE` makes one.");
   }
   const names = ["agent", "status", "tools", "auto-approve", "schedules", ""];
-  return el("table", {id: "agents"}, el("thead", {}, el("tr", {}, ...names.map(n => el("th", {}, n)))),
+  return el("table", {id: "agents"}, headRow(names),
     el("tbody", {}, ...agents.map(agent => el("tr", {"data-agent": agent.id},
       el("td", {class: "name"}, el("b", {}, agent.name),
-        agent.instructions ? el("div", {class: "muted instructions"}, short(agent.instructions, 90)) : null),
+        agent.instructions ?
+          el("div", {class: "muted instructions"}, short(agent.instructions, 90)) : null),
       el("td", {class: "status", "data-status": agent.status}, agent.status),
       el("td", {class: "tools"}, toolChips(agent, classes)),
       el("td", {class: "auto-approve"}, agent.auto_approve.length ?
-        agent.auto_approve.map(key => el("span", {class: "chip"}, key)) : el("span", {class: "muted"}, "none")),
+        agent.auto_approve.map(key => el("span", {class: "chip"}, key)) :
+        el("span", {class: "muted"}, "none")),
       el("td", {class: "schedules"}, String(scheduled.get(agent.id) || 0)),
       el("td", {}, el("a", {href: `#/?agent=${agent.id}`}, "runs"))))));
 }

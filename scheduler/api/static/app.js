@@ -159,6 +159,11 @@ function redraw(container, data, draw) {
   }
 }
 
+/** A table's head row. */
+function headRow(names) {
+  return el("thead", {}, el("tr", {}, ...names.map(name => el("th", {}, name))));
+}
+
 /** A button that disables itself while its action runs and reports a refusal. */
 function actionButton(label, attrs, action) {
   return el("button", {type: "button", ...attrs, async onclick(event) {

@@ -13,7 +13,8 @@ function svg(tag, attrs, ...children) {
   const node = document.createElementNS(SVG_NS, tag);
   for (const [key, value] of Object.entries(attrs || {})) node.setAttribute(key, value);
   for (const child of children) {
-    if (child != null) node.append(typeof child === "string" ? document.createTextNode(child) : child);
+    if (child == null) continue;
+    node.append(typeof child === "string" ? document.createTextNode(child) : child);
   }
   return node;
 }
@@ -29,10 +30,11 @@ function ordered(counts) {
   return [...known, ...rest].map(outcome => [outcome, counts[outcome]]);
 }
 
-/** A round top for the y axis: 1, 2, 5, 10, 20, 50… at or above the busiest minute. */
+/** A round, even top for the y axis (1, 2, 4, 6, 8, 10, 20, 40…) at or above the busiest
+ * minute, so its half is a whole count too. */
 function axisTop(peak) {
   for (let step = 1; ; step *= 10) {
-    for (const top of [step, 2 * step, 5 * step]) if (top >= peak) return top;
+    for (const top of [1, 2, 4, 6, 8].map(n => n * step)) if (top >= peak) return top;
   }
 }
 
@@ -73,8 +75,10 @@ function chartSvg(items, top) {
     role: "img", "aria-label": "runs per minute by outcome, last hour"});
   for (const mark of [0, top / 2, top]) {
     if (mark !== Math.round(mark)) continue; // a half of 1 is no count of runs
-    chart.append(svg("line", {class: "grid", x1: left, x2: width - right, y1: y(mark), y2: y(mark)}),
-      svg("text", {class: "axis", x: left - 6, y: y(mark) + 4, "text-anchor": "end"}, String(mark)));
+    chart.append(
+      svg("line", {class: "grid", x1: left, x2: width - right, y1: y(mark), y2: y(mark)}),
+      svg("text", {class: "axis", x: left - 6, y: y(mark) + 4, "text-anchor": "end"},
+        String(mark)));
   }
   items.forEach((item, index) => {
     const x = left + index * slot;

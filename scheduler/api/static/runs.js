@@ -40,7 +40,8 @@ function homePage(filters) {
       cursors.push(next);
       poll.refresh();
     }}, "Older →") : null;
-    const where = cursors.length > 1 ? el("span", {class: "muted"}, `page ${cursors.length}`) : null;
+    const where = cursors.length > 1 ?
+      el("span", {class: "muted"}, `page ${cursors.length}`) : null;
     pager.replaceChildren(...[newer, where, older].filter(Boolean));
   }
   return poll;
@@ -170,7 +171,8 @@ function approvalList(items, title, changed, withRun = true) {
     };
     return el("li", {"data-approval": item.id},
       el("span", {class: "tool"}, `${item.tool}(${short(pyJson(item.arguments ?? {}), 200)})`),
-      withRun ? el("a", {href: `#/runs/${item.execution_id}`}, `run ${shortId(item.execution_id)}`) : null,
+      withRun ?
+        el("a", {href: `#/runs/${item.execution_id}`}, `run ${shortId(item.execution_id)}`) : null,
       el("button", {type: "button", class: "approve", onclick: decide("approve")}, "Approve"),
       el("button", {type: "button", class: "reject", onclick: decide("reject")}, "Reject"));
   }))];

@@ -54,7 +54,7 @@ function weeklyText(utcMinute, days, offset) {
 }
 
 function hourlyText(minute, hours, offset) {
-  if (!hours) return `every hour at :${String(((minute + offset) % 60 + 60) % 60).padStart(2, "0")}`;
+  if (!hours) return `every hour at :${hhmmOf(minute + offset).slice(3)}`;
   const n = 24 / hours.length;
   const even = [1, 2, 3, 4, 6, 8, 12].includes(n) && hours.every((h, i) => h === hours[0] + i * n);
   if (!even) return null;
@@ -134,10 +134,11 @@ function scheduleTable(schedules, agents, changed) {
   }
   const names = ["agent", "when (your time)", "as written", "cron (UTC)", "next run", "last run",
     "status", ""];
-  return el("table", {id: "schedules"}, el("thead", {}, el("tr", {}, ...names.map(n => el("th", {}, n)))),
+  return el("table", {id: "schedules"}, headRow(names),
     el("tbody", {}, ...schedules.map(s => el("tr", {"data-schedule": s.id},
       el("td", {}, agents.get(s.agent_id) || s.agent_id),
-      el("td", {class: "when"}, el("a", {href: `#/schedules/${s.id}`}, describeLocal(s.cron, s.display))),
+      el("td", {class: "when"},
+        el("a", {href: `#/schedules/${s.id}`}, describeLocal(s.cron, s.display))),
       el("td", {class: "written"}, asWritten(s.display)),
       el("td", {}, el("code", {}, s.cron)),
       el("td", {class: "next"}, nextRun(s)),
@@ -191,12 +192,13 @@ function historyView(items) {
   if (!items.length) return [el("h2", {}, "History"), summary];
   const names = ["fire (your time)", "what happened", "run", "result", "why"];
   return [el("h2", {}, "History"), summary, el("table", {id: "history-table"},
-    el("thead", {}, el("tr", {}, ...names.map(n => el("th", {}, n)))),
+    headRow(names),
     el("tbody", {}, ...items.map(historyRow)))];
 }
 
 function historyRow(h) {
-  const runLink = h.execution_id ? el("a", {href: `#/runs/${h.execution_id}`}, shortId(h.execution_id)) : "—";
+  const runLink = h.execution_id ?
+    el("a", {href: `#/runs/${h.execution_id}`}, shortId(h.execution_id)) : "—";
   const fired = whenShort(h.scheduled_for || h.recorded_at);
   if (h.kind !== "execution") {
     const [label, why] = SKIPS[h.reason] || [`skipped: ${h.reason}`, ""];
@@ -205,11 +207,14 @@ function historyRow(h) {
       el("td", {}, runLink), el("td", {class: "muted"}, "no run of its own"),
       el("td", {class: "why"}, why));
   }
-  const label = h.reason === "manual" ? "run now" : (h.attempt || 1) > 1 ? `retry (attempt ${h.attempt})` : "ran";
+  const label = h.reason === "manual" ? "run now" :
+    (h.attempt || 1) > 1 ? `retry (attempt ${h.attempt})` : "ran";
   const why = h.fires > 1 ? `One run for ${h.fires} fires: the ${h.fires - 1} missed before it ` +
-    "were coalesced into it." : h.reason === "manual" ? "Started by hand; the schedule was not moved." : "";
+    "were coalesced into it." :
+    h.reason === "manual" ? "Started by hand; the schedule was not moved." : "";
   const result = h.outcome ? `${h.status} · ${h.outcome}` : h.status || "";
   return el("tr", {class: "execution", "data-kind": "execution", "data-reason": h.reason},
-    el("td", {}, fired), el("td", {}, el("span", {class: "badge ran"}, label)), el("td", {}, runLink),
-    el("td", {class: "status", "data-status": h.status || ""}, result), el("td", {class: "why"}, why));
+    el("td", {}, fired), el("td", {}, el("span", {class: "badge ran"}, label)),
+    el("td", {}, runLink), el("td", {class: "status", "data-status": h.status || ""}, result),
+    el("td", {class: "why"}, why));
 }

@@ -86,7 +86,18 @@ async def _worker(url: str, stop: asyncio.Event) -> None:
     from worker.__main__ import serve_worker
     from worker.settings import WorkerSettings
 
-    await serve_worker(url, WorkerSettings(), stop)
+    await serve_worker(url, WorkerSettings(), stop, up_webhook_settings())
+
+
+def up_webhook_settings():
+    """`up` is one person's machine: a webhook to a receiver on it (or on the home network) is
+    delivered unless TICKWORK_WEBHOOK_ALLOW_PRIVATE_ADDRESSES says otherwise."""
+    from worker.webhooks.settings import WebhookSettings
+
+    webhooks = WebhookSettings()
+    if "webhook_allow_private_addresses" not in webhooks.model_fields_set:
+        webhooks = webhooks.model_copy(update={"webhook_allow_private_addresses": True})
+    return webhooks
 
 
 async def tick_now(url: str, settings: SchedulerSettings, at: datetime | None) -> TickOutcome:

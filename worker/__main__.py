@@ -37,7 +37,8 @@ async def build_worker(url: str, settings: WorkerSettings) -> Worker:
     return Worker(deps, url)
 
 
-async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event | None = None) -> None:
+async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event | None = None,
+                       webhooks: WebhookSettings | None = None) -> None:
     tracing.setup()  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     worker = await build_worker(url, settings)
     if stop is None:
@@ -47,7 +48,8 @@ async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event |
             loop.add_signal_handler(sig, stop.set)
     # Webhook deliveries go on while the runs drain (their ends are events too), then stop.
     deliveries_stop = asyncio.Event()
-    deliveries = asyncio.create_task(serve_deliverer(url, WebhookSettings(), deliveries_stop))
+    deliveries = asyncio.create_task(serve_deliverer(url, webhooks or WebhookSettings(),
+                                                     deliveries_stop))
     try:
         await worker.run(stop)
     finally:

@@ -53,3 +53,14 @@ def test_only_public_addresses_count_as_public():
         assert private_address(address), address
     for address in ("8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8"):
         assert not private_address(address), address
+
+
+def test_up_delivers_to_private_addresses_unless_told_not_to(monkeypatch):
+    from tickwork.processes import up_webhook_settings
+    from worker.webhooks.settings import WebhookSettings
+
+    monkeypatch.delenv("TICKWORK_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", raising=False)
+    assert WebhookSettings().webhook_allow_private_addresses is False  # a `tickwork worker`
+    assert up_webhook_settings().webhook_allow_private_addresses is True
+    monkeypatch.setenv("TICKWORK_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", "0")
+    assert up_webhook_settings().webhook_allow_private_addresses is False

@@ -1,4 +1,4 @@
-"""`tickwork webhook add | list | rm`: a tenant's webhooks, through the HTTP API."""
+"""`tickwork webhook add | list | rm | deliveries`: a tenant's webhooks, through the HTTP API."""
 
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ webhook_app = typer.Typer(help="Webhooks: signed POSTs when a person is needed o
 
 def register(app: typer.Typer) -> None:
     app.add_typer(webhook_app, name="webhook")
+
+
+def check_id(webhook_id: str) -> None:
+    try:
+        UUID(webhook_id)
+    except ValueError:
+        fail(f"{webhook_id[:60]!r} is not a webhook id; ids are UUIDs, see `tickwork webhook "
+             "list`")
 
 
 @webhook_app.command("add")
@@ -67,10 +75,32 @@ def remove_webhook(webhook_id: str = typer.Argument(..., metavar="ID",
     """Remove a webhook; its pending deliveries are dropped."""
     from tickwork.cli_resources import call, out
 
-    try:
-        UUID(webhook_id)
-    except ValueError:
-        fail(f"{webhook_id[:60]!r} is not a webhook id; ids are UUIDs, see `tickwork webhook "
-             "list`")
+    check_id(webhook_id)
     call(ApiClient(), "DELETE", f"/v1/webhooks/{webhook_id}")
     out.print(f"removed webhook {webhook_id}", highlight=False)
+
+
+@webhook_app.command("deliveries")
+def list_deliveries(
+        webhook_id: str = typer.Argument(..., metavar="ID", help="The webhook's id."),
+        as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
+    """A webhook's delivery log, newest first: status, attempts, last answer, next attempt."""
+    from tickwork.cli_resources import local_time, out
+
+    check_id(webhook_id)
+    try:
+        items = ApiClient().items(f"/v1/webhooks/{webhook_id}/deliveries")
+    except ApiError as exc:
+        fail(exc.message)
+    if as_json:
+        typer.echo(json.dumps({"items": items}))
+        return
+    zone = machine_zone()
+    table = Table("id", "type", "status", "attempts", "last answer", "next attempt", "created")
+    for d in items:
+        answer = d["last_error"] or (f"HTTP {d['last_status_code']}"
+                                     if d["last_status_code"] else None)
+        table.add_row(*plain_cells(d["id"], d["type"], d["status"], d["attempts"], answer,
+                                   local_time(d["next_attempt_at"], zone),
+                                   local_time(d["created_at"], zone)))
+    out.print(table)

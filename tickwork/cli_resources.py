@@ -32,6 +32,12 @@ schedule_app = typer.Typer(help="Schedules (you type local time; tickwork stores
 FLAGS = {"timeout_minutes": "--timeout", "input": "--input", "cron": "--cron",
          "overlap": "--overlap", "agent_id": "--agent", "schedule_id": "--schedule",
          "status": "--status", "since": "--since", "limit": "--limit", "reason": "--reason"}
+# A path's id as the argument the user typed, and the verb that lists valid ones.
+IDS = {"run_id": ("RUN_ID", "tickwork runs"),
+       "schedule_id": ("SCHEDULE_ID", "tickwork schedule list"),
+       "approval_id": ("APPROVAL_ID", "tickwork approvals"),
+       "agent_id": ("AGENT", "tickwork agent list"),
+       "webhook_id": ("ID", "tickwork webhook list")}
 MAX_TIMEOUT_MINUTES = 15
 JSON_OPTION = typer.Option(False, "--json", help='Print one JSON document {"items": [...]}.')
 ZONE_OPTION = typer.Option(None, metavar="ZONE",
@@ -55,14 +61,14 @@ def call(client: ApiClient, method: str, path: str, **kwargs: Any) -> Any:
     try:
         return client.call(method, path, **kwargs)
     except ApiError as exc:
-        fail(exc.said_to_user(FLAGS))
+        fail(exc.said_to_user(FLAGS, IDS))
 
 
 def all_items(client: ApiClient, path: str, params: dict | None = None) -> list[dict]:
     try:
         return client.items(path, params)
     except ApiError as exc:
-        fail(exc.said_to_user(FLAGS))
+        fail(exc.said_to_user(FLAGS, IDS))
 
 
 def print_items(items: list[dict]) -> None:

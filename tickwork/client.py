@@ -53,12 +53,17 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.body, self.message = status, body, message
 
-    def said_to_user(self, flags: dict[str, str] | None = None) -> str:
+    def said_to_user(self, flags: dict[str, str] | None = None,
+                     ids: dict[str, tuple[str, str]] | None = None) -> str:
         """The message in the words the user typed: the API's field becomes the CLI flag
-        (timeout_minutes -> --timeout) and the validator's phrasing reads as a sentence."""
+        (timeout_minutes -> --timeout) or the argument (run_id -> RUN_ID, with the verb that
+        lists them), and the validator's phrasing reads as a sentence."""
         field = self.body.get("field") if isinstance(self.body, dict) else None
         if not field:
             return self.message
+        if self.body.get("error") == "invalid_path" and field in (ids or {}):
+            argument, lister = ids[field]
+            return f"{argument} is not a valid id; copy one from `{lister}`"
         name = (flags or {}).get(field, repr(field))
         rest = self.message
         for prefix in (f"{field}: ", f"{field} "):
@@ -76,7 +81,9 @@ class ApiError(Exception):
 
 # pydantic's phrasing, as the API passes it on, and how a sentence about a flag reads.
 _PYDANTIC_WORDS = (("Input should be", "must be"), ("String should have", "must have"),
-                   ("List should have", "must have"), ("Value error, ", "is not valid: "),
+                   ("List should have", "must have"), ("Value should have", "must have"),
+                   ("String should match pattern", "must match the pattern"),
+                   ("Value error, ", "is not valid: "),
                    ("Field required", "is required"), ("Extra inputs are not permitted",
                                                       "is not a known field"))
 

@@ -111,6 +111,10 @@ async def test_errors_name_the_flag_the_user_typed_and_queue_nothing(api, pool, 
     assert code == 1 and "--limit must be between 1 and" in err
     code, _, err = await cli(live, token, "runs", "--status", "done")
     assert code == 1 and err.startswith("error: --status must be") and "Input should" not in err
+    code, _, err = await cli(live, token, "cancel", "nope")
+    assert code == 1 and "RUN_ID is not a valid id; copy one from `tickwork runs`" in err
+    code, _, err = await cli(live, token, "approve", "nope")
+    assert code == 1 and "APPROVAL_ID is not a valid id" in err and "pattern" not in err
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM executions WHERE agent_id = %s",
                             (agent["id"],)).fetchone()[0] == 0

@@ -42,6 +42,7 @@ import collections
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -274,15 +275,21 @@ def measure_throughput(url: str, tenant_id: UUID, agent_id: UUID, args: argparse
 
     samples: dict[str, Any] = {}
     worker = WorkerProcess(url, args.concurrency, log_path)
+    spy = None
 
     def first_progress(done: int) -> None:
+        nonlocal spy
         samples["cpu_start"] = process_cpu_s(worker.pid)
         samples["done_start"] = done
         samples["machine_start"] = machine_cpu()
+        if args.py_spy:
+            spy = start_py_spy(worker.pid, args.py_spy)
 
     wait_until_finished(url, args.runs, worker, on_first_progress=first_progress)
     wall = time.perf_counter() - worker.started
     cpu_end, machine_end = process_cpu_s(worker.pid), machine_cpu()
+    if spy is not None:
+        stop_py_spy(spy, args.py_spy)
     pg_cpu = backends_cpu_s(url, "tickwork-worker")
 
     verify_runs(url, args.runs)
@@ -324,6 +331,44 @@ def measure_throughput(url: str, tenant_id: UUID, agent_id: UUID, args: argparse
         line += f"; machine {figures['machine_busy_pct']}% busy of {os.cpu_count()} CPUs"
         say(line)
     return figures, worker
+
+
+def start_py_spy(pid: int, out: str) -> subprocess.Popen:
+    """Sample the worker while it drains the queue (--py-spy): py-spy's collapsed stacks
+    (one line per stack with its sample count), non-blocking so the worker is not paused."""
+    binary = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen([binary, "record", "--pid", str(pid), "--rate", "250",
+                             "--nonblocking", "--format", "raw", "--output", out],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def stop_py_spy(spy: subprocess.Popen, out: str) -> None:
+    spy.send_signal(signal.SIGINT)  # py-spy writes its file when interrupted
+    try:
+        _, err = spy.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        spy.kill()
+        err = "py-spy did not stop"
+    if spy.returncode not in (0, -signal.SIGINT) or not Path(out).exists():
+        say(f"py-spy: no profile ({(err or '').strip()[-300:]})")
+        return
+    say(f"py-spy: the worker's stacks while it drained the queue are in {out}; top frames:")
+    for line in top_frames(Path(out).read_text()):
+        say(f"    {line}")
+
+
+def top_frames(collapsed: str, count: int = 15) -> list[str]:
+    """The functions with the most samples anywhere on the stack (inclusive), as % of all."""
+    total, inclusive = 0, collections.Counter()
+    for line in collapsed.splitlines():
+        stack, _, samples = line.rpartition(" ")
+        if not samples.isdigit():
+            continue
+        total += int(samples)
+        for frame in set(stack.split(";")):
+            inclusive[frame] += int(samples)
+    return [f"{100 * n / max(total, 1):5.1f}%  {frame}" for frame, n in
+            inclusive.most_common(count)]
 
 
 # --- pickup latency ----------------------------------------------------------------------------
@@ -721,6 +766,9 @@ def parse_args() -> argparse.Namespace:
                         help="runs for the in-process statement and step profile (0: skip it)")
     parser.add_argument("--pgqueuer-venv", default=None,
                         help="reuse (or create) the pgqueuer venv here instead of a temp folder")
+    parser.add_argument("--py-spy", default=None, metavar="FILE",
+                        help="sample the throughput worker with py-spy (in the venv or on PATH) "
+                             "into FILE as collapsed stacks and print the top frames")
     parser.add_argument("--no-pgqueuer", action="store_true",
                         help="skip pgqueuer (its figure is then null)")
     args = parser.parse_args()

@@ -20,6 +20,7 @@ still buffered. A pooled connection is taken only for the statement itself.
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from typing import Any, Callable
 from uuid import UUID
@@ -30,7 +31,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from sql import QUERIES, failpoints
 from sql.db import reconnecting
-from sql.finisher import Finish, Finisher, write_finishes
+from sql.finisher import Finish, Finisher, event_rows, write_finishes
 from sql.lifecycle import release_run
 
 # Emission -> background flush. Well inside the 250 ms promise (DESIGN "Visible as it
@@ -60,6 +61,7 @@ class RunJournal:
         self.cancel_requested = False  # learned with every append
         self._linger = linger_seconds  # None: no background flush (explicit flushes only)
         self._lock = asyncio.Lock()  # one write at a time: batches land in seq order
+        self._timer: asyncio.TimerHandle | None = None  # the linger before a background flush
         self._background: asyncio.Task | None = None
         self._fenced = False  # found by a background flush; raised at the run's next write
 
@@ -79,21 +81,28 @@ class RunJournal:
             await self._write()
 
     def _flush_soon(self) -> None:
-        if self._linger is None or self._fenced:
+        if self._linger is None or self._fenced or self._timer is not None:
             return
         if self._background is not None and not self._background.done():
             return  # the running one goes round again for this event
         try:
-            self._background = asyncio.get_running_loop().create_task(self._flush_later())
+            # A timer, not a task: most short runs end (and write everything) within the
+            # linger, and cancelling a timer costs far less than creating and cancelling a task.
+            self._timer = asyncio.get_running_loop().call_later(self._linger, self._linger_over)
         except RuntimeError:  # no event loop (a pure unit test): explicit flushes write
             pass
 
+    def _linger_over(self) -> None:
+        self._timer = None
+        if self._pending and not self._fenced:  # an explicit flush may have written them
+            self._background = asyncio.get_running_loop().create_task(self._flush_later())
+
     async def _flush_later(self) -> None:
-        """The background flush: linger, write everything buffered, repeat while events keep
-        coming. A fence is remembered for the run; any other error leaves the events buffered
-        for the run's own next flush, which retries and reports it."""
+        """The background flush, once the linger is over: write everything buffered, and
+        linger and write again while events keep coming. A fence is remembered for the run;
+        any other error leaves the events buffered for the run's own next flush, which
+        retries and reports it."""
         while self._pending and not self._fenced:
-            await asyncio.sleep(self._linger)
             try:
                 async with self._lock:
                     await self._write()
@@ -101,9 +110,24 @@ class RunJournal:
                 return
             except Exception:  # Postgres away past the reconnect budget
                 return
+            if self._pending:
+                await asyncio.sleep(self._linger)
+
+    async def background_idle(self) -> None:
+        """Wait until no background flush is lingering or writing (tests use it to let one
+        land; a run's own writes never need it)."""
+        while self._timer is not None or (self._background is not None
+                                          and not self._background.done()):
+            if self._background is not None and not self._background.done():
+                await asyncio.gather(self._background, return_exceptions=True)
+            else:
+                await asyncio.sleep(self._linger or 0)
 
     def _stop_background(self) -> None:
         """Called under the lock by the run's last write: nothing is left for it to do."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._background is not None and not self._background.done():
             self._background.cancel()
 
@@ -218,14 +242,10 @@ class RunJournal:
     async def _append(self, conn: AsyncConnection, events: list[PendingEvent]) -> dict[str, Any]:
         # The buffer is cleared only after success, so a retry after a lost connection appends
         # the same events again, idempotently.
-        cursor = await conn.execute(QUERIES["append_run_events"],
-                                    {**self._batch(events), "run_token": self.run_token})
+        cursor = await conn.execute(QUERIES["append_run_events"], {
+            "execution_id": self.execution_id, "run_token": self.run_token,
+            "events": json.dumps(event_rows(events))})
         return await cursor.fetchone()
-
-    def _batch(self, events: list[PendingEvent]) -> dict[str, Any]:
-        return {"execution_id": self.execution_id, "seqs": [e.seq for e in events],
-                "parent_seqs": [e.parent_seq for e in events], "types": [e.type for e in events],
-                "payloads": [Jsonb(e.payload) for e in events]}
 
 
 async def events_after(conn: AsyncConnection, execution_id: UUID, after: int,

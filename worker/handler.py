@@ -80,8 +80,13 @@ async def _run(execution: dict[str, Any], run_token: UUID, next_seq: int, deps: 
                          redact=for_journal)
     journal.cancel_requested = execution["cancel_requested_at"] is not None
     bound = log.bind(execution_id=str(execution["id"]), agent_id=str(execution["agent_id"]),
-                     schedule_id=str(execution["schedule_id"]))
-    bound.info("run_resumed" if approval_id else "run_started", attempt=execution["attempt"])
+                     schedule_id=str(execution["schedule_id"]), attempt=execution["attempt"])
+    # One info line per run (run_finished, or how else it ended): each rendered line costs
+    # about as much as a journal append's encoding. The start is there at debug level.
+    if approval_id:
+        bound.info("run_resumed")
+    else:
+        bound.debug("run_started")
     # Every delivery is a root span of the trace keyed by the execution id (worker/tracing.py).
     with tracing.run(execution, worker_id=deps.worker_id, resumed=approval_id) as span:
         try:

@@ -41,6 +41,8 @@ SELECT remove_schedules_of_missing_agent(%(agent_id)s) AS removed;
 -- appends nothing), append the batch, wake tails, and report a pending cancel request.
 -- ON CONFLICT DO NOTHING makes a retried append idempotent: the run numbers its own events, so
 -- a conflict can only be this run's earlier attempt whose commit acknowledgement was lost.
+-- The batch is one jsonb array of {seq, parent_seq, type, payload} (sql/journal.py): one
+-- json.dumps in the worker instead of a typed array per column, each dumped element by element.
 WITH fence AS (
     SELECT id, cancel_requested_at FROM executions
      WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
@@ -49,8 +51,8 @@ WITH fence AS (
     INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
     SELECT fence.id, e.seq, e.parent_seq, e.type, e.payload
       FROM fence,
-           unnest(%(seqs)s::integer[], %(parent_seqs)s::integer[], %(types)s::text[],
-                  %(payloads)s::jsonb[]) AS e(seq, parent_seq, type, payload)
+           jsonb_to_recordset(%(events)s::jsonb)
+             AS e(seq integer, parent_seq integer, type text, payload jsonb)
     ON CONFLICT (execution_id, seq) DO NOTHING
 ), notified AS (
     SELECT pg_notify('tickwork_events', fence.id::text) FROM fence
@@ -151,23 +153,26 @@ SELECT s.*, NULL::bigint AS last_seq, a.id AS agent_found, a.instructions AS age
 -- running, only with its token), its last events land with its verdict, and tails are woken.
 -- The returned ids are the runs that finished; any other was fenced by the sweep. A run's
 -- usage is its whole total (a resumed run's state carries what it spent before the pause).
+-- The batch is one jsonb array, one object per run with its events nested (sql/finisher.py):
+-- one json.dumps in the worker instead of eleven typed arrays dumped element by element. The
+-- ids are also given as an array (an InitPlan) so executions is reached by its primary key.
 WITH runs AS (
-    SELECT * FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[], %(statuses)s::text[],
-                         %(outcomes)s::text[], %(reasons)s::text[], %(usages)s::jsonb[])
-             AS r(id, run_token, status, outcome, reason, usage)
+    SELECT * FROM jsonb_to_recordset(%(runs)s::jsonb)
+             AS r(id uuid, run_token uuid, status text, outcome text, reason text, usage jsonb,
+                  events jsonb)
 ), fence AS (
     SELECT e.id FROM executions e
       JOIN runs r ON r.id = e.id AND r.run_token = e.run_token
-     WHERE e.status = 'running' AND e.id = ANY (%(ids)s::uuid[])
+     WHERE e.status = 'running' AND e.id = ANY (ARRAY(SELECT id FROM runs))
      ORDER BY e.id
        FOR UPDATE OF e
 ), appended AS (
     INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
-    SELECT ev.execution_id, ev.seq, ev.parent_seq, ev.type, ev.payload
-      FROM unnest(%(event_ids)s::uuid[], %(seqs)s::integer[], %(parent_seqs)s::integer[],
-                  %(types)s::text[], %(payloads)s::jsonb[])
-           AS ev(execution_id, seq, parent_seq, type, payload)
-      JOIN fence f ON f.id = ev.execution_id
+    SELECT r.id, ev.seq, ev.parent_seq, ev.type, ev.payload
+      FROM runs r
+      JOIN fence f ON f.id = r.id
+     CROSS JOIN LATERAL jsonb_to_recordset(r.events)
+           AS ev(seq integer, parent_seq integer, type text, payload jsonb)
     ON CONFLICT (execution_id, seq) DO NOTHING
 ), finished AS (
     UPDATE executions e

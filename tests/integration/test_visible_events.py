@@ -170,7 +170,7 @@ async def test_a_fence_found_in_the_background_is_raised_at_the_runs_next_write(
     deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
     assert (await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)).failed == 1
     journal.emit("content_delta", {"text": "late"}, parent=2)
-    await journal._background  # the background flush meets the fence and keeps it
+    await journal.background_idle()  # the background flush meets the fence, keeps it
     with pytest.raises(RunFenced):
         await journal.flush()
     journal.emit("run_complete", {"status": "completed"}, parent=1)

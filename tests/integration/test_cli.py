@@ -146,3 +146,44 @@ def test_up_without_a_database_url_runs_on_an_embedded_postgres_and_reuses_its_d
 
         start_embedded(data_dir).stop()  # whatever happened above, leave no server behind
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def walkthrough_script() -> str:
+    """The README's walkthrough as written, with the ids a reader copies filled in from the
+    CLI's own --json output, and a bounded wait where a reader waits for the worker."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Walkthrough", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    assert len(blocks) == 2, "the walkthrough's two shell blocks"
+    first = "\n".join(line for line in blocks[0].splitlines()
+                      if not line.startswith("export TICKWORK_API_URL"))
+    pick = "python3 -c 'import json,sys; print(json.load(sys.stdin)[\"items\"][0][\"id\"])'"
+    first = first.replace("SCHEDULE_ID", f"$(tickwork schedule list --json | {pick})")
+    second = blocks[1].replace("tickwork runs  ", "wait_for_approval; tickwork runs  ", 1)
+    second = second.replace("APPROVAL_ID", f"$(tickwork approvals --json | {pick})")
+    second = second.replace("RUN_ID", f"$(tickwork runs --json | {pick})")
+    prelude = f"""set -euo pipefail
+tickwork() {{ {sys.executable} -m tickwork.cli "$@"; }}
+wait_for_approval() {{  # the worker pauses the run for a person; a reader waits for it too
+  for _ in $(seq 300); do
+    [ "$(tickwork approvals --json)" != '{{"items": []}}' ] && return 0; sleep 0.2
+  done; return 1
+}}
+"""
+    return prelude + first + "\n" + second
+
+
+def test_the_readme_walkthrough_runs_as_written_and_reaches_an_approval(up, db_url, tmp_path):
+    env = {**os.environ, "TICKWORK_API_URL": up.url, "TICKWORK_TOKEN": up.token,
+           "COLUMNS": "200"}
+    done = subprocess.run(["bash", "-c", walkthrough_script()], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "waiting for approval" in done.stdout
+    assert "is approved; the run resumes on a worker" in done.stdout
+    assert "Sent the summary to ops." in done.stdout  # the tail saw the run end done
+    with psycopg.connect(db_url) as conn:
+        sent = conn.execute("SELECT recipient, text FROM demo_outbox").fetchall()
+        decided = conn.execute("SELECT tool, status FROM approvals").fetchall()
+    assert sent == [("ops", "Three new records.")]  # sent once, after the approval
+    assert decided == [("demo.send_message", "approved")]

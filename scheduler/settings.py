@@ -14,7 +14,12 @@ class SchedulerSettings(BaseSettings):
     default_timeout_minutes: int = 5
     default_max_attempts: int = 3
     retention_days: int = 30
-    retention_batch_size: int = 1000
+    retention_batch_size: int = 1000  # runs per batch (one short transaction), 1..10,000
+    # Each tick deletes batch after batch while they come back full, for at most this long.
+    retention_budget_seconds: float = 10.0
+    # How long creating or dropping a journal partition may wait for its lock (every journal
+    # append queues behind a waiting DDL); one that cannot get it is tried at the next tick.
+    retention_lock_timeout_ms: int = 100
     sse_keepalive_seconds: float = 15.0
     tail_poll_seconds: float = 1.0
     stream_ticket_ttl_seconds: int = 600
@@ -27,6 +32,27 @@ class SchedulerSettings(BaseSettings):
     # /docs and /redoc (FastAPI's pages load their scripts from a third-party CDN, on the origin
     # that holds the operator's token): off unless TICKWORK_API_DOCS=true. /openapi.json stays.
     api_docs: bool = False
+
+    @field_validator("retention_batch_size")
+    @classmethod
+    def _batch_in_range(cls, value: int) -> int:
+        if not 1 <= value <= 10_000:
+            raise ValueError(f"retention batch size must be between 1 and 10000, not {value}")
+        return value
+
+    @field_validator("retention_budget_seconds")
+    @classmethod
+    def _budget_not_negative(cls, value: float) -> float:
+        if not 0 <= value <= 3600:
+            raise ValueError(f"retention budget must be between 0 and 3600 seconds, not {value}")
+        return value
+
+    @field_validator("retention_lock_timeout_ms")
+    @classmethod
+    def _lock_timeout_positive(cls, value: int) -> int:
+        if not 1 <= value <= 60_000:
+            raise ValueError(f"retention lock timeout must be between 1 and 60000 ms, not {value}")
+        return value
 
     @field_validator("trusted_proxies")
     @classmethod

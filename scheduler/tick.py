@@ -17,12 +17,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from scheduler.dispatcher import DispatchResult, dispatch_due
 from scheduler.metrics import TICK_DURATION, TICK_FAILURES
+from scheduler.retention import trim_retention, upkeep_on_database_clock
 from scheduler.settings import SchedulerSettings
 from scheduler.sweep import SweepResult, sweep_stale
-from sql import QUERIES
 
 log = structlog.get_logger()
-JOURNAL_MONTHS_AHEAD = 2
 
 
 @dataclass
@@ -74,36 +73,3 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
              timed_out=outcome.sweep.failed, retried=outcome.sweep.retried,
              duration_ms=outcome.duration_ms)
     return outcome
-
-
-async def trim_retention(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
-                         now: datetime | None) -> int:
-    """Delete one batch of finished executions and skipped-fire records past retention, drop
-    whole journal months past it, make the next months' journal partitions ready, and forget
-    stream tickets that expired over an hour ago."""
-    keep_days = max(settings.retention_days, 0)  # 0 keeps everything
-    params = {"now": now, "days": keep_days, "limit": settings.retention_batch_size,
-              "months_ahead": JOURNAL_MONTHS_AHEAD}
-    deleted = 0
-    async with pool.connection() as conn:
-        if keep_days:
-            async with conn.transaction():
-                cursor = await conn.execute(QUERIES["delete_finished_executions"], params)
-                deleted = len(await cursor.fetchall())
-                await conn.execute(QUERIES["delete_old_skipped_fires"], params)
-        cursor = await conn.execute(QUERIES["manage_journal_partitions"], params)
-        changed = await cursor.fetchone()
-        await conn.execute(QUERIES["delete_expired_stream_tickets"])
-    if changed["created"] or changed["dropped"]:
-        log.info("journal_partitions_changed", created=changed["created"],
-                 dropped=changed["dropped"])
-    return deleted
-
-
-async def upkeep_on_database_clock(pool: AsyncConnectionPool, settings: SchedulerSettings) -> int:
-    """Retention as trim_retention does it, through the one narrow function the API's role may
-    call (retention_upkeep, migration 0029): no caller-chosen date, at least 7 days kept."""
-    params = {"days": max(settings.retention_days, 0), "limit": settings.retention_batch_size}
-    async with pool.connection() as conn:
-        cursor = await conn.execute(QUERIES["retention_upkeep"], params)
-        return (await cursor.fetchone())["deleted"]

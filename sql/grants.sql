@@ -38,6 +38,9 @@ BEGIN
         GRANT EXECUTE ON FUNCTION manage_journal_partitions(timestamptz, integer, integer),
                                   journal_run_complete(uuid, jsonb)
             TO tickwork_scheduler;
+        -- Retention deletes a batch of finished runs with their claims, approvals and states
+        -- through one function (0037), never those tables directly.
+        GRANT EXECUTE ON FUNCTION retention_delete_runs(timestamptz, integer) TO tickwork_scheduler;
         -- The sweep's verdict ends runs: the webhook enqueue trigger (0034, 0035) reads which
         -- webhooks want the event (never their secrets) and queues through a narrow door.
         GRANT SELECT (tenant_id, events) ON webhooks TO tickwork_scheduler;

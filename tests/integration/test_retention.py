@@ -4,7 +4,7 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 
-from scheduler.tick import trim_retention
+from scheduler.retention import trim_retention
 from sql.ids import new_id
 from tests.integration.factories import count, make_agent, make_tenant
 
@@ -143,3 +143,130 @@ async def test_a_month_holding_a_live_run_keeps_its_journal_while_other_old_mont
     with psycopg.connect(db_url) as conn:
         assert {r[0] for r in conn.execute("SELECT execution_id FROM run_events")} == {
             runs["queued"][0]}
+
+
+HANGING = {  # what hangs off a run, and how to find a run's rows there
+    "execution_claims": "execution_id", "approvals": "execution_id", "run_states": "execution_id",
+    "tool_call_results": "execution_id", "tool_results": "execution_id",
+    "queue_tasks": "execution_id", "run_events": "execution_id"}
+
+
+def with_everything(conn, tenant, agent, **run):
+    """A run (as execution() makes it) plus a claim, an approval and its resume task, a saved
+    state, a tool result and a recorded tool call."""
+    execution_id = execution(conn, tenant, agent, **run)
+    approval = f"{execution_id}:call_1"
+    conn.execute("INSERT INTO execution_claims (execution_id, worker_id) VALUES (%s, 'w')",
+                 (execution_id,))
+    conn.execute("INSERT INTO approvals (id, tenant_id, execution_id, tool_call_id, tool)"
+                 " VALUES (%s, %s, %s, 'call_1', 'demo.send_message')",
+                 (approval, tenant, execution_id))
+    conn.execute("INSERT INTO queue_tasks (name, kind, execution_id) VALUES (%s, 'resume', %s)",
+                 (approval, execution_id))
+    conn.execute("INSERT INTO run_states (execution_id, version, state) VALUES (%s, 1, '{}')",
+                 (execution_id,))
+    conn.execute("INSERT INTO tool_call_results (execution_id, tool_call_id, result, ok)"
+                 " VALUES (%s, 'call_1', 'ok', true)", (execution_id,))
+    conn.execute("INSERT INTO tool_results (file_ref, execution_id, tool, content, chars)"
+                 " VALUES (%s, %s, 'demo.get_record', '{}', 2)", (f"ref-{execution_id}", execution_id))
+    return execution_id
+
+
+def rows_of(conn, ids) -> dict[str, int]:
+    return {table: count(conn, f"SELECT count(*) FROM {table} WHERE {column} = ANY(%s)", (list(ids),))
+            for table, column in HANGING.items()}
+
+
+async def test_one_tick_deletes_many_batches_with_what_hangs_off_them_and_never_a_live_run(
+        db_url, pool, settings):
+    settings.retention_batch_size = 10
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        old = [with_everything(conn, tenant, agent, status=("completed", "failed", "cancelled")[i % 3],
+                               finished_days_ago=31 + i % 5) for i in range(35)]
+        live = [with_everything(conn, tenant, agent, status="running"),
+                with_everything(conn, tenant, agent, status="queued"),
+                with_everything(conn, tenant, agent, status="completed", finished_days_ago=90,
+                                breadcrumb="suspended"),
+                with_everything(conn, tenant, agent, status="completed", finished_days_ago=29)]
+    # 35 runs past the horizon are four batches of 10: all go in this one tick.
+    assert await trim_retention(pool, settings, now=NOW) == 35
+    with psycopg.connect(db_url) as conn:
+        assert {r[0] for r in conn.execute("SELECT id FROM executions")} == set(live)
+        assert rows_of(conn, old) == dict.fromkeys(HANGING, 0)
+        assert rows_of(conn, live) == dict.fromkeys(HANGING, len(live))
+    assert await trim_retention(pool, settings, now=NOW) == 0
+
+
+async def test_a_spent_budget_stops_after_one_batch_and_the_next_tick_carries_on(
+        db_url, pool, settings):
+    settings.retention_batch_size = 10
+    settings.retention_budget_seconds = 0
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        for _ in range(25):
+            execution(conn, tenant, agent, status="completed", finished_days_ago=40)
+    assert [await trim_retention(pool, settings, now=NOW) for _ in range(4)] == [10, 10, 5, 0]
+
+
+async def test_the_http_ticks_retention_door_also_takes_batch_after_batch(db_url, pool, settings):
+    from scheduler.retention import upkeep_on_database_clock
+
+    settings.retention_batch_size = 10
+    settings.retention_days = 7
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        old = [with_everything(conn, tenant, agent, status="failed") for _ in range(23)]
+        kept = [with_everything(conn, tenant, agent, status="running"),
+                with_everything(conn, tenant, agent, status="completed")]
+        # The door uses the database's clock: these finished 8 days before it.
+        conn.execute("UPDATE executions SET finished_at = now() - interval '8 days'"
+                     " WHERE id = ANY(%s)", (old,))
+        conn.execute("UPDATE executions SET finished_at = now() - interval '6 days'"
+                     " WHERE id = %s", (kept[1],))
+    assert await upkeep_on_database_clock(pool, settings) == 23
+    with psycopg.connect(db_url) as conn:
+        assert {r[0] for r in conn.execute("SELECT id FROM executions")} == set(kept)
+        assert rows_of(conn, old) == dict.fromkeys(HANGING, 0)
+
+
+async def test_a_partition_whose_lock_is_held_is_skipped_and_dropped_by_a_later_tick(
+        db_url, pool, settings):
+    def partitions() -> list[str]:
+        with psycopg.connect(db_url) as conn:
+            return sorted(r[0] for r in conn.execute(
+                "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+                " WHERE i.inhparent = 'run_events'::regclass AND c.relname <> 'run_events_default'"))
+
+    await trim_retention(pool, settings, now=datetime(2027, 1, 20, tzinfo=timezone.utc))
+    await trim_retention(pool, settings, now=datetime(2027, 2, 20, tzinfo=timezone.utc))
+    assert partitions() == ["run_events_2027_02", "run_events_2027_03", "run_events_2027_04"]
+    # A reader of February's partition (a long query, say) holds a lock that its DROP needs.
+    with psycopg.connect(db_url) as reader:
+        reader.execute("LOCK TABLE run_events_2027_02 IN ACCESS SHARE MODE")
+        # 2027-05-15, 30 days kept: February and March are past the horizon. March goes;
+        # February's drop gives up after lock_timeout instead of waiting for the reader, and
+        # retention returns (a wait on the reader would never end: it commits only below).
+        await trim_retention(pool, settings, now=datetime(2027, 5, 15, tzinfo=timezone.utc))
+        assert partitions() == ["run_events_2027_02", "run_events_2027_04",
+                                "run_events_2027_06", "run_events_2027_07"]
+        reader.commit()
+    await trim_retention(pool, settings, now=datetime(2027, 5, 15, tzinfo=timezone.utc))
+    assert partitions() == ["run_events_2027_04", "run_events_2027_06", "run_events_2027_07"]
+
+
+def test_bad_retention_settings_are_refused_with_one_sentence():
+    import pytest
+    from pydantic import ValidationError
+
+    from scheduler.settings import SchedulerSettings
+
+    for field, value, message in [
+            ("retention_batch_size", 0, "retention batch size must be between 1 and 10000, not 0"),
+            ("retention_budget_seconds", -1, "retention budget must be between 0 and 3600 seconds"),
+            ("retention_lock_timeout_ms", 0, "retention lock timeout must be between 1 and 60000 ms")]:
+        with pytest.raises(ValidationError, match=message):
+            SchedulerSettings(**{field: value})

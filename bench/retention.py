@@ -1,0 +1,199 @@
+"""Does retention keep up? Finished runs are created at the worker's best sustained rate while
+retention ticks (the real scheduler.retention.trim_retention) drain a backlog of runs past the
+horizon; prints deleted_per_s, created_per_s and ratio_delete_vs_create (goal >= 10).
+
+The database is TICKWORK_DATABASE_URL when set (a scratch database ``tickwork_bench_retention``
+is created on that server and dropped at the end), else an embedded Postgres in a fresh /tmp
+folder. Each run is shaped as a one-turn run leaves it: the execution, its claim and its four
+journal events (run_start, step_start, content_delta, run_complete). Ids are UUIDv7 minted now;
+the scratch database has no partition for the current month, so the events sit in the default
+partition and retention deletes them row by row (the costlier case: in a database older than a
+month, retention drops the month's partition whole instead). Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import time
+from datetime import datetime, timedelta, timezone
+from uuid import UUID
+
+import psycopg
+import structlog
+
+from scratch import busy_pct, describe_server, machine_cpu, say, scratch_database  # bench/scratch.py
+from scheduler.retention import trim_retention
+from scheduler.settings import SchedulerSettings
+from sql.db import open_pool
+from sql.ids import new_id
+from sql.migrate import migrate
+
+# bench/runs.py's best measured one-turn rate on this machine class is 634 runs/s (issue 9's
+# table; bench/README.md records no runs.py figure yet). 1,000/s leaves room above it.
+DEFAULT_RATE = 1000.0
+EVENTS = ("run_start", "step_start", "content_delta", "run_complete")
+EXECUTION_COLUMNS = ("id", "tenant_id", "agent_id", "trigger_type", "trigger_source",
+                     "scheduled_for", "status", "outcome", "started_at", "finished_at")
+
+
+def setup(url: str) -> tuple[UUID, UUID]:
+    migrate(url)
+    tenant_id, agent_id = new_id(), new_id()
+    with psycopg.connect(url) as conn:
+        conn.execute("INSERT INTO tenants (id, name) VALUES (%s, 'bench')", (tenant_id,))
+        conn.execute("INSERT INTO agents (id, tenant_id, name) VALUES (%s, %s, 'bench-agent')",
+                     (agent_id, tenant_id))
+    return tenant_id, agent_id
+
+
+async def write_runs(conn: psycopg.AsyncConnection, tenant_id: UUID, agent_id: UUID, count: int,
+                     finished: datetime) -> None:
+    """``count`` finished one-turn runs in one transaction, by COPY."""
+    ids = [new_id() for _ in range(count)]
+    async with conn.transaction():
+        cur = conn.cursor()
+        async with cur.copy(f"COPY executions ({', '.join(EXECUTION_COLUMNS)}) FROM STDIN") as copy:
+            for execution_id in ids:
+                await copy.write_row((execution_id, tenant_id, agent_id, "run", "api", finished,
+                                      "completed", "done", finished, finished))
+        async with cur.copy("COPY execution_claims (execution_id, worker_id) FROM STDIN") as copy:
+            for execution_id in ids:
+                await copy.write_row((execution_id, "bench"))
+        async with cur.copy("COPY run_events (execution_id, seq, type, payload) FROM STDIN") as copy:
+            for execution_id in ids:
+                for seq, kind in enumerate(EVENTS, 1):
+                    await copy.write_row((execution_id, seq, kind, '{"text": "ok"}'))
+
+
+async def seed_backlog(url: str, tenant_id: UUID, agent_id: UUID, backlog: int) -> float:
+    """Runs that finished 40 days ago: past a 30-day horizon, retention's to delete."""
+    started = time.perf_counter()
+    old = datetime.now(timezone.utc) - timedelta(days=40)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for offset in range(0, backlog, 5000):
+            await write_runs(conn, tenant_id, agent_id, min(5000, backlog - offset), old)
+        await conn.execute("VACUUM ANALYZE executions")
+        await conn.execute("VACUUM ANALYZE run_events_default")
+        await conn.execute("VACUUM ANALYZE execution_claims")
+    return time.perf_counter() - started
+
+
+async def create_at_rate(url: str, tenant_id: UUID, agent_id: UUID, rate: float,
+                         stop: asyncio.Event) -> int:
+    """Finished runs (finished now: inside the horizon, never retention's) at ``rate`` per
+    second, a slice every 100 ms, as the worker would finish them. Returns how many."""
+    created, slice_s = 0, 0.1
+    started = time.perf_counter()
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while not stop.is_set():
+            due = int(rate * (time.perf_counter() - started + slice_s)) - created
+            if due > 0:
+                await write_runs(conn, tenant_id, agent_id, due, datetime.now(timezone.utc))
+                created += due
+            ahead = created / rate - (time.perf_counter() - started)
+            if ahead > 0:
+                try:
+                    await asyncio.wait_for(stop.wait(), ahead)
+                except asyncio.TimeoutError:
+                    pass
+    return created
+
+
+async def measure(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Namespace) -> dict:
+    settings = SchedulerSettings(retention_days=30, retention_batch_size=args.batch_size,
+                                 retention_budget_seconds=args.budget)
+    pool = await open_pool(url, application_name="bench-retention", max_size=2)
+    stop = asyncio.Event()
+    cpu_before = machine_cpu()
+    creator = asyncio.create_task(create_at_rate(url, tenant_id, agent_id, args.rate, stop))
+    await asyncio.sleep(1.0)  # the creation stream is running before retention starts
+    created_before = await count_recent(url)
+    ticks, deleted = [], 0
+    started = time.perf_counter()
+    while deleted < args.backlog:
+        tick_started = time.perf_counter()
+        got = await trim_retention(pool, settings, now=None)
+        ticks.append({"deleted": got, "s": round(time.perf_counter() - tick_started, 2)})
+        deleted += got
+        if got == 0:
+            break
+    elapsed = time.perf_counter() - started
+    created_during = await count_recent(url) - created_before
+    stop.set()
+    created_total = await creator
+    cpu_after = machine_cpu()
+    await pool.close()
+    with psycopg.connect(url) as conn:
+        left_old = conn.execute("SELECT count(*) FROM executions WHERE finished_at < now() - "
+                                "interval '30 days'").fetchone()[0]
+        recent = conn.execute("SELECT count(*) FROM executions").fetchone()[0]
+        events = conn.execute("SELECT count(*) FROM run_events").fetchone()[0]
+        claims = conn.execute("SELECT count(*) FROM execution_claims").fetchone()[0]
+    # Everything past the horizon went; every run created meanwhile, its claim and its journal
+    # are still there.
+    ok = (left_old == 0 and deleted == args.backlog and recent == created_total
+          and events == 4 * created_total and claims == created_total)
+    return {"deleted": deleted, "elapsed_s": elapsed, "ticks": ticks,
+            "created_during": created_during, "created_total": created_total,
+            "busy_pct": busy_pct(cpu_before, cpu_after), "verified": ok}
+
+
+async def count_recent(url: str) -> int:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT count(*) FROM executions WHERE finished_at > now() - "
+                                 "interval '1 day'")
+        return (await cur.fetchone())[0]
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=DEFAULT_RATE,
+                        help="finished runs created per second while retention runs")
+    parser.add_argument("--backlog", type=int, default=60_000,
+                        help="runs past the horizon for retention to delete")
+    parser.add_argument("--batch-size", type=int, default=1000,
+                        help="TICKWORK_RETENTION_BATCH_SIZE for the ticks")
+    parser.add_argument("--budget", type=float, default=10.0,
+                        help="TICKWORK_RETENTION_BUDGET_SECONDS for the ticks")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))  # errors only
+    with scratch_database("tickwork_bench_retention") as url:
+        describe_server(url, ("shared_buffers", "synchronous_commit"))
+        tenant_id, agent_id = setup(url)
+        seeded_s = asyncio.run(seed_backlog(url, tenant_id, agent_id, args.backlog))
+        say(f"backlog: {args.backlog} finished runs past the horizon (execution, claim, 4 events"
+            f" each) in {seeded_s:.1f} s")
+        result = asyncio.run(measure(url, tenant_id, agent_id, args))
+    deleted_per_s = result["deleted"] / result["elapsed_s"]
+    created_per_s = result["created_during"] / result["elapsed_s"]
+    # Against the rate asked for, or the rate reached if the creator ran ahead of it: the
+    # smaller ratio of the two, never flattered by a creator the machine slowed down.
+    ratio = deleted_per_s / max(created_per_s, args.rate)
+    for tick in result["ticks"]:
+        say(f"tick: deleted {tick['deleted']} in {tick['s']} s")
+    say(f"retention deleted {result['deleted']} runs in {result['elapsed_s']:.1f} s "
+        f"({deleted_per_s:.0f}/s, batch {args.batch_size}, budget {args.budget} s) while "
+        f"{result['created_during']} runs were created ({created_per_s:.0f}/s, asked "
+        f"{args.rate:.0f}/s); machine {result['busy_pct']} % busy")
+    say(f"ratio_delete_vs_create {ratio:.1f} (goal >= 10); verified: {result['verified']}")
+    load = [round(v, 2) for v in os.getloadavg()]
+    print(json.dumps({
+        "deleted_per_s": round(deleted_per_s, 1), "created_per_s": round(created_per_s, 1),
+        "create_rate_asked": args.rate, "ratio_delete_vs_create": round(ratio, 2),
+        "backlog": args.backlog, "batch_size": args.batch_size, "budget_s": args.budget,
+        "ticks": len(result["ticks"]), "elapsed_s": round(result["elapsed_s"], 2),
+        "machine_busy_pct": result["busy_pct"], "load_average": load,
+        "verified": result["verified"]}), flush=True)
+    if not result["verified"]:
+        raise SystemExit("verification failed: retention deleted the wrong runs or left some")
+
+
+if __name__ == "__main__":
+    main()

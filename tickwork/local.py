@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import socket
 from pathlib import Path
 from typing import IO, Any, Callable
 
@@ -90,11 +91,25 @@ def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str
     data_root = default_data_root()
     # Before anything else: a second `up` on the same data must not touch the embedded
     # Postgres, the token or the port of the one already running. The lock dies with us.
+    created = [p for p in [data_root, *data_root.parents] if not p.exists()]
     lock = hold_up_lock(data_root, f"http://{host}:{port}")
+    check_port_free(host, port)  # before "tickwork is up" is printed, not after
     if not url:
-        from sql.embedded import start_embedded
+        from sql.embedded import EmbeddedPostgresError, start_embedded
 
-        embedded = start_embedded(data_root)
+        try:
+            embedded = start_embedded(data_root)
+        except EmbeddedPostgresError as exc:
+            # Refused before anything ran (e.g. a private folder on the way): leave no trace
+            # of this attempt, then say why in the error's own words, without a traceback.
+            lock.close()
+            (data_root / UP_LOCK_FILE).unlink(missing_ok=True)
+            for folder in created:  # ours, deepest first; rmdir leaves a non-empty one alone
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
+            fail(str(exc))
         url = embedded.url
     try:
         migrate_and_publish(url)
@@ -135,6 +150,18 @@ def hold_up_lock(data_root: Path, api_url: str) -> IO[str]:
     handle.write(f"pid {os.getpid()}, API {api_url}\n")
     handle.flush()
     return handle
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse in one sentence when the API's port is taken (as uvicorn would bind it, with
+    SO_REUSEADDR); the embedded Postgres and the token are not touched then."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            fail(f"cannot listen on {host}:{port} ({exc.strerror}): another program uses that "
+                 "port; pass --port with a free one")
 
 
 def redact_url(url: str) -> str:

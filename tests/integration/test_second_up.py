@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.integration.drivers import ROOT
 from tests.integration.test_cli import TICKWORK, Up, free_port
@@ -82,3 +83,32 @@ def test_a_second_up_on_an_external_database_refuses_while_the_first_serves(db_u
         beside.stop()
     finally:
         first.stop()
+
+
+def test_up_on_a_taken_port_refuses_before_it_says_it_is_up(db_url, tmp_path):
+    import socket
+
+    env = {**os.environ, "TICKWORK_DATABASE_URL": db_url, "TICKWORK_DATA_DIR": str(tmp_path)}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([*TICKWORK, "up", "--port", str(port)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""  # no "tickwork is up", no token
+    [line] = done.stderr.strip().splitlines()
+    assert f"cannot listen on 127.0.0.1:{port}" in line and "--port" in line
+    assert not (tmp_path / "local-admin-token").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the embedded server's own user exists as root")
+def test_an_embedded_start_refused_on_a_private_folder_leaves_no_trace(tmp_path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    env = {k: v for k, v in os.environ.items() if k != "TICKWORK_DATABASE_URL"}
+    env["TICKWORK_DATA_DIR"] = str(private / "a" / "b")
+    done = second_up(env)
+    assert done.returncode == 1 and done.stdout == ""
+    assert "tickwork does not loosen private folders" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert list(private.iterdir()) == []  # the folders this attempt made are gone again

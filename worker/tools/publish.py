@@ -6,9 +6,12 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from sql import QUERIES
+from sql.db import reconnecting
 from worker.tools.registry import ToolSpec, catalog
 
 
+# A worker started while Postgres restarts waits for it instead of exiting (an idempotent upsert).
+@reconnecting
 def publish_catalog(url: str, specs: list[ToolSpec] | None = None) -> int:
     specs = catalog() if specs is None else specs
     with psycopg.connect(url, prepare_threshold=None) as conn:

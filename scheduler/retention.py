@@ -102,7 +102,10 @@ def _log_partitions(changed: dict) -> None:
     if changed["created"] or changed["dropped"]:
         log.info("journal_partitions_changed", created=changed["created"],
                  dropped=changed["dropped"])
-    if changed["skipped"]:
-        # 'busy': another scheduler is managing them; a name: its lock was not free within
-        # lock_timeout. Either way the next tick tries again.
-        log.warning("journal_partitions_skipped", skipped=changed["skipped"])
+    skipped = changed["skipped"]
+    if skipped == ["busy"]:  # another scheduler is managing them right now
+        log.info("journal_partitions_left_to_another_scheduler")
+    elif skipped:
+        # Their lock was not free within lock_timeout (a long reader of the journal, say);
+        # the next tick tries again.
+        log.warning("journal_partitions_skipped", skipped=skipped)

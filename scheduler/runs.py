@@ -16,7 +16,7 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from scheduler.agents import get_agent
+from scheduler.agents import agent_not_found, get_agent
 from scheduler.schedules import get_schedule
 from scheduler.serialize import RUN_FIELDS, pick
 from scheduler.tokens import Principal
@@ -52,11 +52,28 @@ def request_hash(route: str, body: Any) -> str:
 async def start_agent_run(conn: AsyncConnection, principal: Principal, agent_id: UUID, *,
                           run_input: dict, timeout_minutes: int, idempotency_key: str | None,
                           body_hash: str) -> dict:
-    agent = await get_agent(conn, principal, agent_id)
-    return await _insert_run(conn, principal, idempotency_key, body_hash, {
-        "agent_id": agent["id"], "schedule_id": None, "trigger_type": "run",
-        "trigger_source": "api", "max_attempts": 3, "timeout_minutes": timeout_minutes,
-        "input": Jsonb(run_input)})
+    """One statement (sql start_agent_run): on a tenant's connection it goes in one message
+    with its scope, one implicit transaction, one round trip; only a same-key request racing
+    this one reads again."""
+    params = {"id": new_id(), "tenant_id": principal.tenant_id, "agent_id": agent_id,
+              "max_attempts": 3, "timeout_minutes": timeout_minutes, "input": Jsonb(run_input),
+              "idempotency_key": idempotency_key,
+              "request_hash": body_hash if idempotency_key else None}
+    scoped = getattr(conn, "fetch_one_scoped", None)  # a tenant's (scheduler/api/tenant_scope)
+    if scoped is not None:
+        row = await scoped(QUERIES["start_agent_run"], params)
+    else:  # a connection that spans tenants: the statement alone
+        row = await (await conn.execute(QUERIES["start_agent_run"], params)).fetchone()
+    if row["agent_status"] is None:
+        raise agent_not_found(agent_id)
+    if row["created"]:
+        return public_run(row)
+    if row["created"] is False:  # a replayed request, even if the agent is paused since
+        return _same_request(row, idempotency_key, body_hash)
+    if row["agent_status"] == "paused":
+        raise AgentPaused(agent_id)
+    # The key's first request committed after this statement's snapshot: read it now.
+    return await _replay(conn, principal, idempotency_key, body_hash)
 
 
 async def run_schedule_now(conn: AsyncConnection, principal: Principal, schedule_id: UUID, *,
@@ -105,7 +122,10 @@ async def _replay(conn: AsyncConnection, principal: Principal, key: str | None,
                   body_hash: str) -> dict:
     cursor = await conn.execute(QUERIES["get_execution_by_idempotency_key"],
                                 {"tenant_id": principal.tenant_id, "idempotency_key": key})
-    row = await cursor.fetchone()
+    return _same_request(await cursor.fetchone(), key, body_hash)
+
+
+def _same_request(row: dict[str, Any], key: str | None, body_hash: str) -> dict:
     if row["request_hash"] != body_hash:
         raise InvalidInput(f"Idempotency-Key {key!r} was already used for a different request "
                            f"(execution {row['id']}); use a new key for a new request",

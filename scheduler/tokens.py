@@ -7,8 +7,9 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 from uuid import UUID
 
 from psycopg import AsyncConnection
@@ -31,6 +32,46 @@ class Principal:
     is_admin: bool
     is_operator: bool = False
     token_id: UUID | None = None  # None for a principal that did not come from a token
+
+
+class TokenCache:
+    """A process's recently authenticated tokens, each kept at most ``ttl_seconds`` and never
+    past its expiry: a burst of requests with one token costs one lookup a second, and a token
+    revoked or expired elsewhere (the CLI, another API process) is refused within that second.
+    A revocation made through this process forgets the token at once (``forget``). Refusals
+    are never cached, so each failed guess still reaches the throttle. ``clock`` is injectable
+    for tests."""
+
+    def __init__(self, ttl_seconds: float = 1.0, *, clock: Callable[[], float] = time.monotonic,
+                 max_entries: int = 10_000) -> None:
+        self.ttl_seconds, self.clock, self._max = ttl_seconds, clock, max_entries
+        self._entries: dict[bytes, tuple[float, Principal]] = {}
+
+    def get(self, digest: bytes) -> Principal | None:
+        found = self._entries.get(digest)
+        if found is None:
+            return None
+        if found[0] <= self.clock():
+            self._entries.pop(digest, None)
+            return None
+        return found[1]
+
+    def put(self, digest: bytes, principal: Principal, expires_in: float | None) -> None:
+        keep = self.ttl_seconds if expires_in is None else min(self.ttl_seconds, expires_in)
+        if keep <= 0:
+            return
+        if len(self._entries) >= self._max:  # many distinct tokens in one second: start over
+            self._entries.clear()
+        self._entries[digest] = (self.clock() + keep, principal)
+
+    def forget(self, token_id: UUID) -> None:
+        for digest, (_, principal) in list(self._entries.items()):
+            if principal.token_id == token_id:
+                self._entries.pop(digest, None)
+
+
+# The API process's cache (scheduler/api/deps.py); the CLI authenticates without one.
+TOKEN_CACHE = TokenCache()
 
 
 def hash_token(token: str) -> bytes:
@@ -75,13 +116,22 @@ async def create_token(conn: AsyncConnection, *, tenant: str | None = None, admi
     return token
 
 
-async def authenticate(conn: AsyncConnection, token: str) -> Principal:
-    """Resolve a bearer token to its principal, or raise Unauthorized with a reason. Nothing is
-    cached: a revoked or expired token is refused from the next request on."""
+def cached_principal(token: str, cache: TokenCache) -> Principal | None:
+    """The principal of a token the cache holds, else None (look it up with authenticate)."""
+    return cache.get(hash_token(token)) if _TOKEN_FORMAT.match(token) else None
+
+
+async def authenticate(conn: AsyncConnection, token: str,
+                       cache: TokenCache | None = None) -> Principal:
+    """Resolve a bearer token to its principal, or raise Unauthorized with a reason. Without a
+    cache a revoked or expired token is refused from the next request on; with one (the API),
+    within the cache's second (see TokenCache)."""
     if not _TOKEN_FORMAT.match(token):
         raise Unauthorized("the bearer token is malformed; tokens look like tw_ followed by 43 "
                            "characters (create one with `tickwork token create --tenant NAME`)")
     digest = hash_token(token)
+    if cache is not None and (cached := cache.get(digest)) is not None:
+        return cached
     row = await (await conn.execute(QUERIES["find_api_token"], {"token_hash": digest})).fetchone()
     # compare_digest keeps the final comparison constant-time even though the lookup is by hash.
     if row is None or not hmac.compare_digest(bytes(row["token_hash"]), digest):
@@ -93,8 +143,12 @@ async def authenticate(conn: AsyncConnection, token: str) -> Principal:
                            "`tickwork token create`")
     if row["use_is_stale"]:
         await conn.execute(QUERIES["touch_api_token"], {"id": row["id"]})
-    return Principal(tenant_id=row["tenant_id"], is_admin=row["is_admin"],
-                     is_operator=row["is_operator"], token_id=row["id"])
+    principal = Principal(tenant_id=row["tenant_id"], is_admin=row["is_admin"],
+                          is_operator=row["is_operator"], token_id=row["id"])
+    if cache is not None:
+        expires_in = row["expires_in_seconds"]
+        cache.put(digest, principal, None if expires_in is None else float(expires_in))
+    return principal
 
 
 async def list_tokens(conn: AsyncConnection, *, tenant_id: UUID | None = None,
@@ -124,6 +178,7 @@ async def revoke_token(conn: AsyncConnection, token_or_id: str, *,
     if row is None:
         raise NotFound("token", token_id or "tw_…", "list tokens with `tickwork token list` "
                        "or GET /v1/tokens")
+    TOKEN_CACHE.forget(row["id"])  # refused by this process from its next request on
     return row
 
 

@@ -60,10 +60,10 @@ def migrate() -> None:
 def api(host: str = typer.Option("127.0.0.1", help="Address to listen on."),
         port: int = typer.Option(8080, help="Port of the API and the viewer.")) -> None:
     """Serve the HTTP API and the viewer."""
-    from tickwork.processes import serve_api
+    from tickwork.processes import run_api
 
     configure_logging()
-    asyncio.run(serve_api(database_url(), SchedulerSettings(), host, port))
+    run_api(database_url(), SchedulerSettings(), host, port)
 
 
 @app.command()

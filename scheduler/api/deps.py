@@ -15,7 +15,7 @@ from scheduler.api.tenant_scope import AllTenantsPool, TenantConnection
 from scheduler.api.throttle import (AuthThrottle, TooManyFailures, client_address,
                                     parse_networks)
 from scheduler.metrics import app_metrics
-from scheduler.tokens import Principal, authenticate
+from scheduler.tokens import TOKEN_CACHE, Principal, authenticate, cached_principal
 from sql.errors import Forbidden, Unauthorized
 
 
@@ -67,11 +67,12 @@ def client_of(request: Request) -> str:
 async def authenticated(request: Request, conn: AsyncConnection) -> Principal:
     """The request's principal. The token is checked first, so a valid one always passes;
     a presented token that fails counts against the client's address, and an address over
-    the limit gets 429 instead of 401 (a request with no token at all is not a guess)."""
+    the limit gets 429 instead of 401 (a request with no token at all is not a guess). A token
+    seen in the last second is not looked up again (scheduler.tokens.TokenCache)."""
     throttle = throttle_of(request)
     token = bearer_token(request)
     try:
-        return await authenticate(conn, token)
+        return await authenticate(conn, token, TOKEN_CACHE)
     except Unauthorized:
         client = client_of(request)
         metrics = app_metrics(request.app.state)

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 from uuid import UUID
 
-from psycopg import AsyncConnection
+from psycopg import AsyncClientCursor, AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
@@ -38,6 +38,21 @@ class TenantConnection:
                 await self._scope()
                 cursor = await self._conn.execute(query, params, **kwargs)
         return cursor
+
+    async def fetch_one_scoped(self, query: str, params: dict[str, Any]) -> Any:
+        """One statement's one row in a single message: the scope and the statement sent
+        together as one simple query, which Postgres runs as one implicit transaction (no
+        BEGIN, no COMMIT, one round trip, the key still transaction-local). The parameters are
+        bound by psycopg on this side (a client cursor), the only way to send two statements
+        with parameters in one message. Inside an open transaction it is a plain statement."""
+        if self._conn.info.transaction_status != TransactionStatus.IDLE:
+            return await (await self._conn.execute(query, params)).fetchone()
+        cursor = AsyncClientCursor(self._conn)
+        scope = QUERIES["scope_to_tenant"].rstrip().rstrip(";")
+        await cursor.execute(f"{scope};\n{query}",
+                             {**params, "tenant_id": self._tenant_id})
+        cursor.nextset()  # past set_config's row
+        return await cursor.fetchone()
 
     @asynccontextmanager
     async def transaction(self, *args: Any, **kwargs: Any):

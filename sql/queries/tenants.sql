@@ -15,10 +15,12 @@ RETURNING id, expires_at;
 
 -- name: find_api_token
 -- Revoked and expired tokens are found too, so the refusal can say which; use_is_stale tells
--- the caller whether last_used_at is worth a write (at most about once a minute per token).
+-- the caller whether last_used_at is worth a write (at most about once a minute per token);
+-- expires_in_seconds keeps the API's token cache from serving a token past its expiry.
 SELECT t.id, t.tenant_id, t.token_hash, t.is_admin, t.is_operator,
        t.revoked_at IS NOT NULL AS revoked,
        coalesce(t.expires_at <= now(), false) AS expired,
+       extract(epoch FROM t.expires_at - now()) AS expires_in_seconds,
        (t.last_used_at IS NULL OR t.last_used_at < now() - interval '1 minute') AS use_is_stale
   FROM api_tokens t
  WHERE t.token_hash = %(token_hash)s;

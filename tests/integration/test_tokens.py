@@ -1,14 +1,27 @@
 """Token lifecycle through the API: list, revoke, expiry, last use, and single-use stream
-tickets that die with their token. Nothing is cached, so the request right after a revocation
-is already refused."""
+tickets that die with their token. The API caches a token for at most a second: a revocation
+through the same process is refused at once, one made in the database within that second
+(the cache's clock is injected here)."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
-from scheduler.tokens import create_token
+from scheduler.tokens import TOKEN_CACHE, create_token
 from tests.integration.api_checks import fingerprint
+
+
+@pytest.fixture
+def a_second_passes(monkeypatch):
+    """Call it to move the API's token cache clock past the cache's time to live."""
+    real_clock, moved = TOKEN_CACHE.clock, [0.0]
+    monkeypatch.setattr(TOKEN_CACHE, "clock", lambda: real_clock() + moved[0])
+
+    def advance() -> None:
+        moved[0] += TOKEN_CACHE.ttl_seconds
+
+    return advance
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -104,7 +117,7 @@ async def test_the_operator_revokes_any_tenants_token(api, tokens, db_url):
     assert (await api.get("/v1/agents", headers=bearer(tokens["globex"]))).status_code == 401
 
 
-async def test_an_expired_token_is_refused_and_says_so(api, pool, db_url):
+async def test_an_expired_token_is_refused_and_says_so(api, pool, db_url, a_second_passes):
     token = await new_token(pool, tenant="acme", expires_seconds=3600)
     assert (await api.get("/v1/agents", headers=bearer(token))).status_code == 200
     expires_at = token_row(db_url, token, "expires_at")["expires_at"]
@@ -112,13 +125,15 @@ async def test_an_expired_token_is_refused_and_says_so(api, pool, db_url):
     with psycopg.connect(db_url) as conn:  # its hour has passed
         conn.execute("UPDATE api_tokens SET expires_at = now() - interval '1 second'"
                      " WHERE token_hash = sha256(convert_to(%s, 'UTF8'))", (token,))
+    a_second_passes()
 
     refused = await api.get("/v1/agents", headers=bearer(token))
 
     assert refused.status_code == 401 and "expired" in refused.json()["message"]
 
 
-async def test_last_use_is_written_at_most_about_once_a_minute(api, pool, db_url):
+async def test_last_use_is_written_at_most_about_once_a_minute(api, pool, db_url,
+                                                              a_second_passes):
     token = await new_token(pool, tenant="acme")
     assert token_row(db_url, token)["last_used_at"] is None
 
@@ -130,12 +145,29 @@ async def test_last_use_is_written_at_most_about_once_a_minute(api, pool, db_url
     with psycopg.connect(db_url) as conn:  # the stamp is now two minutes old
         conn.execute("UPDATE api_tokens SET last_used_at = last_used_at - interval '2 minutes'"
                      " WHERE token_hash = sha256(convert_to(%s, 'UTF8'))", (token,))
+    a_second_passes()  # the cache's second is over: the next request looks the token up
     assert (await api.get("/v1/agents", headers=bearer(token))).status_code == 200
     refreshed = token_row(db_url, token, "last_used_at")
 
     assert first["last_used_at"] is not None
     assert unchanged == first  # five more requests, no write
     assert refreshed["last_used_at"] > first["last_used_at"]  # stale, so written again
+
+
+async def test_a_token_revoked_in_the_database_is_refused_once_the_cache_second_is_over(
+        api, pool, db_url, a_second_passes):
+    token = await new_token(pool, tenant="acme")
+    assert (await api.get("/v1/agents", headers=bearer(token))).status_code == 200
+    with psycopg.connect(db_url) as conn:  # revoked by another process (the CLI, another API)
+        conn.execute("UPDATE api_tokens SET revoked_at = now()"
+                     " WHERE token_hash = sha256(convert_to(%s, 'UTF8'))", (token,))
+
+    within_the_second = await api.get("/v1/agents", headers=bearer(token))
+    a_second_passes()
+    after_it = await api.get("/v1/agents", headers=bearer(token))
+
+    assert within_the_second.status_code == 200  # served from the cache, no lookup
+    assert after_it.status_code == 401 and "revoked" in after_it.json()["message"]
 
 
 async def test_a_stream_ticket_is_good_for_one_request_only(api):

@@ -71,5 +71,5 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
     log.info("tick_finished", ok=outcome.ok, claimed=outcome.dispatch.claimed,
              created=outcome.dispatch.created, skipped_fires=outcome.dispatch.skipped_fires,
              timed_out=outcome.sweep.failed, retried=outcome.sweep.retried,
-             duration_ms=outcome.duration_ms)
+             retention_deleted=outcome.retention_deleted, duration_ms=outcome.duration_ms)
     return outcome

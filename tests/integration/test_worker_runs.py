@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+import structlog
 
 from scheduler.sweep import sweep_stale
 from sql import failpoints
 from sql.db import open_pool
+from tickwork.logs import configure_logging
 from worker.claim import claim_queued_runs
 from tests.integration.workers import running_worker, scalar, until
 
@@ -208,3 +211,25 @@ async def test_a_late_worker_cannot_overwrite_the_sweeps_verdict(api, pool, db_u
     journal = await events(api, run_id)
     assert journal[-1]["type"] == "run_complete" and journal[-1]["payload"]["by"] == "sweep"
     assert [e["type"] for e in journal].count("run_complete") == 1
+
+
+async def test_a_run_writes_one_info_line_and_its_start_only_at_debug(api, pool, db_url, capsys,
+                                                                       monkeypatch):
+    agent_id = await make_agent(api, [])
+    lines = {}
+    try:
+        for level in ("info", "debug"):
+            monkeypatch.setenv("TICKWORK_LOG_LEVEL", level)
+            configure_logging()
+            run_id = await start_run(api, agent_id, {"script": [{"text": "ok"}]})
+            async with running_worker(pool, db_url):
+                await until(db_url, *finished(run_id))
+            lines[level] = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+                            if run_id in line]
+    finally:
+        structlog.reset_defaults()
+    [only] = lines["info"]
+    assert (only["event"], only["level"], only["status"], only["outcome"], only["attempt"]) == (
+        "run_finished", "info", "completed", "done", 1)
+    assert only["agent_id"] == agent_id and "schedule_id" in only
+    assert [line["event"] for line in lines["debug"]] == ["run_started", "run_finished"]

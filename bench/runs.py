@@ -358,17 +358,17 @@ def stop_py_spy(spy: subprocess.Popen, out: str) -> None:
 
 
 def top_frames(collapsed: str, count: int = 15) -> list[str]:
-    """The functions with the most samples anywhere on the stack (inclusive), as % of all."""
-    total, inclusive = 0, collections.Counter()
+    """The functions that held the most samples themselves (the stack's last frame), as % of
+    all; the event loop's wait (select) is one of them. Inclusive shares are in the file."""
+    total, leaves = 0, collections.Counter()
     for line in collapsed.splitlines():
         stack, _, samples = line.rpartition(" ")
         if not samples.isdigit():
             continue
         total += int(samples)
-        for frame in set(stack.split(";")):
-            inclusive[frame] += int(samples)
+        leaves[stack.rsplit(";", 1)[-1]] += int(samples)
     return [f"{100 * n / max(total, 1):5.1f}%  {frame}" for frame, n in
-            inclusive.most_common(count)]
+            leaves.most_common(count)]
 
 
 # --- pickup latency ----------------------------------------------------------------------------

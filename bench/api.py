@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx  # noqa: E402
 import psycopg  # noqa: E402
 
-from scratch import (BenchProcess, busy_pct, describe_server, machine_cpu,  # noqa: E402
+from scratch import (ROOT, BenchProcess, busy_pct, describe_server, machine_cpu,  # noqa: E402
                      process_cpu_s, say, scratch_database)
 from scheduler.tokens import create_token  # noqa: E402
 from sql.db import connect  # noqa: E402
@@ -164,6 +164,9 @@ def main() -> None:
     parser.add_argument("--clients", default="16,64", help="concurrencies, comma-separated")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
     parser.add_argument("--threads", type=int, default=2, help="wrk threads")
+    parser.add_argument("--api-root", type=Path, default=None,
+                        help="serve the API from another checkout of tickwork (e.g. a git "
+                             "worktree of an older commit), for a before/after in one hour")
     parser.add_argument("--py-spy", dest="py_spy", action="store_true",
                         help="record the API during the last run-start phase")
     args = parser.parse_args()
@@ -176,8 +179,13 @@ def main() -> None:
         token, agent_id = asyncio.run(setup(url))
         port = free_port()
         base = f"http://127.0.0.1:{port}"
-        api = ApiProcess([sys.executable, "-m", "tickwork.cli", "api", "--port", str(port)],
-                         {**os.environ, "TICKWORK_DATABASE_URL": url}, Path(tmp) / "api.log")
+        env = {**os.environ, "TICKWORK_DATABASE_URL": url}
+        python = [sys.executable]
+        if args.api_root is not None:  # -P: the other checkout, not this one, comes first
+            python, env["PYTHONPATH"] = [sys.executable, "-P"], str(args.api_root.resolve())
+            say(f"API served from {args.api_root}")
+        api = ApiProcess(python + ["-m", "tickwork.cli", "api", "--port", str(port)], env,
+                         Path(tmp) / "api.log")
         try:
             wait_ready(base, api)
             post = Path(tmp) / "post.lua"
@@ -225,7 +233,8 @@ def main() -> None:
     say(f"executions added {new_runs}, queue tasks added {new_tasks}, 202 responses "
         f"{started_ok} ({new_runs - started_ok} committed after wrk stopped counting): "
         f"{'consistent' if consistent else 'NOT CONSISTENT'}")
-    summary = {"bench": "api", "load_average": [round(v, 2) for v in os.getloadavg()],
+    summary = {"bench": "api", "api_root": str(args.api_root or ROOT),
+               "load_average": [round(v, 2) for v in os.getloadavg()],
                "cpus": os.cpu_count(), "seconds_per_phase": args.seconds,
                "consistent": consistent}
     for c in clients:

@@ -50,7 +50,8 @@ async def delete(agent_id: UUID, s: Session = Depends(session)) -> None:
 
 @router.post("/{agent_id}/runs", status_code=202)
 async def run(agent_id: UUID, body: Annotated[RunIn | None, Body()] = None,
-              idempotency_key: IdempotencyKey = None, s: Session = Depends(session)) -> dict:
+              idempotency_key: IdempotencyKey = None,
+              s: Session = Depends(session, scope="function")) -> dict:
     body = body or RunIn()
     body_hash = request_hash(f"agents/{agent_id}/runs", body.model_dump(mode="json"))
     return await start_agent_run(s.conn, s.principal, agent_id, run_input=body.input,

@@ -25,9 +25,9 @@ SELECT s.id, s.tenant_id, s.agent_id, s.cron, s.next_run, s.overlap,
 -- NOTIFY workers (delivered at commit). ON CONFLICT on the one-per-fire index turns a racing
 -- writer into a no-op instead of a duplicate.
 WITH plan AS (
-    SELECT * FROM unnest(%(schedule_ids)b::uuid[], %(next_runs)b::timestamptz[],
-                         %(fire_ats)b::timestamptz[], %(execution_ids)b::uuid[],
-                         %(fires)b::integer[])
+    SELECT * FROM unnest(%(schedule_ids)s::uuid[], %(next_runs)s::timestamptz[],
+                         %(fire_ats)s::timestamptz[], %(execution_ids)s::uuid[],
+                         %(fires)s::integer[])
              AS p(schedule_id, next_run, fire_at, execution_id, fires)
 ), advanced AS (
     UPDATE schedules s
@@ -38,7 +38,7 @@ WITH plan AS (
      WHERE s.id = p.schedule_id
        -- The ANY() lets the planner use the primary key; a bare join to the unnest() can
        -- choose a hash join over the whole table, which grows with schedules that are not due.
-       AND s.id = ANY (%(schedule_ids)b::uuid[])
+       AND s.id = ANY (%(schedule_ids)s::uuid[])
 ), inserted AS (
     INSERT INTO executions (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
                             scheduled_for, fires, max_attempts, timeout_minutes, input)
@@ -46,14 +46,16 @@ WITH plan AS (
            p.fire_at, p.fires, s.max_attempts, s.timeout_minutes, s.input
       FROM plan p JOIN schedules s ON s.id = p.schedule_id
      WHERE p.fire_at IS NOT NULL
-       AND s.id = ANY (%(schedule_ids)b::uuid[])
+       AND s.id = ANY (%(schedule_ids)s::uuid[])
     ON CONFLICT (schedule_id, scheduled_for) WHERE retry_of IS NULL AND trigger_source = 'cron'
     DO NOTHING
     RETURNING id
 ), queued AS (
+    -- No ON CONFLICT here: a task is named after an execution this statement just inserted
+    -- under a freshly minted id, so no task can hold that name yet. A speculative insert would
+    -- cost a second WAL record per row (HEAP_CONFIRM) and an extra probe of the primary key.
     INSERT INTO queue_tasks (name, kind, execution_id)
     SELECT id::text, 'run', id FROM inserted
-    ON CONFLICT (name) DO NOTHING
     RETURNING 1
 ), skipped AS (
     INSERT INTO skipped_fires (schedule_id, scheduled_for, tenant_id, reason, execution_id)
@@ -61,7 +63,7 @@ WITH plan AS (
       FROM unnest(%(skip_schedule_ids)s::uuid[], %(skip_times)s::timestamptz[],
                   %(skip_reasons)s::text[], %(skip_execution_ids)s::uuid[])
            AS k(schedule_id, scheduled_for, reason, execution_id)
-      JOIN schedules s ON s.id = k.schedule_id AND s.id = ANY (%(schedule_ids)b::uuid[])
+      JOIN schedules s ON s.id = k.schedule_id AND s.id = ANY (%(schedule_ids)s::uuid[])
     ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
     RETURNING 1
 ), notified AS (

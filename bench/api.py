@@ -169,6 +169,8 @@ def main() -> None:
                              "worktree of an older commit), for a before/after in one hour")
     parser.add_argument("--py-spy", dest="py_spy", action="store_true",
                         help="record the API during the last run-start phase")
+    parser.add_argument("--py-spy-raw", dest="py_spy_raw", type=Path, default=None,
+                        help="also keep py-spy's raw (collapsed) stacks in this file")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("bench/api.py needs wrk on the PATH (apt-get install -y wrk)")
@@ -213,6 +215,8 @@ def main() -> None:
                 started_ok += results[f"run_start_c{c}"]["ok"]
                 if spy is not None:
                     spy.wait(timeout=60)
+                    if args.py_spy_raw is not None:
+                        shutil.copyfile(spy_out, args.py_spy_raw)
                     own, inclusive = py_spy_top(spy_out)
                     say("py-spy, API process: own CPU by function (leaf frames)")
                     for frame, share in own:

@@ -70,8 +70,10 @@ class TokenCache:
                 self._entries.pop(digest, None)
 
 
-# The API process's cache (scheduler/api/deps.py); the CLI authenticates without one.
-TOKEN_CACHE = TokenCache()
+# The API process's cache (scheduler/api/deps.py); the CLI authenticates without one. 0.9 s,
+# not 1: the contract refuses an ended token within 1 s, and the lookup that filled an entry
+# read the token a little before the entry's clock started.
+TOKEN_CACHE = TokenCache(0.9)
 
 
 def hash_token(token: str) -> bytes:

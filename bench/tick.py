@@ -15,7 +15,8 @@ floor are measured alternately, ``--repeat`` times per batch size, from the same
          LOCKED and an UPDATE of next_run on the claimed ids, one transaction per batch.
 
 Each run is verified (every due row handled; for the tick one execution and one queue task each)
-and reports its wall time and the WAL it wrote. Between runs the due rows are put back, what the
+and reports its wall time and the WAL it wrote (own records, no full-page images, with
+pg_walinspect). Between runs the due rows are put back, what the
 run wrote is deleted, and the tables are vacuumed. ``--explain`` prints EXPLAIN ANALYZE of the
 tick's first batch; ``--after-checkpoint`` makes every run pay full-page writes.
 
@@ -253,15 +254,52 @@ async def measure_dataset(url: str, label: str, due_ids: list[UUID], args: argpa
 
 async def _measure_one(pool: AsyncConnectionPool, admin: psycopg.Connection, kind: str,
                        batch: int, due: int) -> tuple[float, float]:
-    """Wall time of one run and the WAL it wrote (full-page images show up here)."""
+    """Wall time of one run and the WAL it wrote (see own_wal_bytes: without full-page images
+    when pg_walinspect is there, so --after-checkpoint then shows its cost in time only)."""
     lsn_before = admin.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
     started = time.perf_counter()
     handled = await RUNNERS[kind](pool, batch)
     elapsed_ms = (time.perf_counter() - started) * 1000
-    wal = admin.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)",
-                        (lsn_before,)).fetchone()[0]
+    # Flushed, not inserted: pg_walinspect reads only flushed WAL, and the run's own records
+    # are all flushed by its synchronous commits.
+    lsn_after = admin.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0]
     verify(admin, kind, due, handled)
-    return elapsed_ms, float(wal) / 1e6
+    return elapsed_ms, own_wal_bytes(admin, lsn_before, lsn_after) / 1e6
+
+
+def own_wal_bytes(admin: psycopg.Connection, start: str, end: str) -> float:
+    """WAL the run wrote, without full-page images, when pg_walinspect can tell.
+
+    On a shared server the LSN difference also counts what other databases wrote meanwhile, and
+    a CHECKPOINT requested by anyone makes the run's next change to each page log a full image
+    (seen: 17 MB ticks reported as 75-120 MB). So only records touching this database's
+    relations are summed, less their full-page images: the bytes that grow with the work per
+    row, comparable run to run. Else the LSN difference."""
+    if _has_walinspect(admin):
+        try:
+            return float(admin.execute(
+                """SELECT coalesce(sum(record_length - fpi_length), 0)
+                     FROM pg_get_wal_records_info(%s, %s)
+                    WHERE block_ref LIKE '%%/' || (SELECT oid FROM pg_database
+                                                   WHERE datname = current_database()) || '/%%'
+                """, (start, end)).fetchone()[0])
+        except psycopg.Error as exc:  # e.g. a segment already recycled: say so, use the diff
+            say(f"  (pg_walinspect failed: {exc}; WAL figure is the LSN difference)")
+    return float(admin.execute("SELECT pg_wal_lsn_diff(%s, %s)", (end, start)).fetchone()[0])
+
+
+_WALINSPECT: dict[int, bool] = {}
+
+
+def _has_walinspect(admin: psycopg.Connection) -> bool:
+    key = id(admin)
+    if key not in _WALINSPECT:
+        try:
+            admin.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+            _WALINSPECT[key] = True
+        except psycopg.Error:
+            _WALINSPECT[key] = False  # not available or not allowed: the LSN difference it is
+    return _WALINSPECT[key]
 
 
 # --- where the time goes (--explain) -----------------------------------------------------
@@ -283,7 +321,7 @@ def explain_first_batch(url: str, due_ids: list[UUID], batch: int) -> None:
 
 
 def _print_plan(conn: psycopg.Connection, name: str, query: str, params: dict) -> None:
-    rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + query, params).fetchall()
+    rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS, WAL) " + query, params).fetchall()
     say(f"--- EXPLAIN ANALYZE {name}")
     for row in rows:
         say("    " + row["QUERY PLAN"])

@@ -41,9 +41,6 @@ import argparse
 import json
 import os
 import random
-import shutil
-import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -53,7 +50,8 @@ import psycopg
 from psycopg import sql as pgsql
 
 from chaos_checks import check_all, violations  # bench/chaos_checks.py
-from chaos_fleet import API_RETRIES, Fleet, call, free_port, tickwork, wait_healthy
+from chaos_fleet import (API_RETRIES, Fleet, call, free_port, run_in_scratch, tickwork,
+                         wait_healthy)
 from chaos_tails import Tails
 from scratch import say  # bench/scratch.py
 from sql.embedded import EmbeddedPostgres, start_embedded
@@ -267,19 +265,8 @@ def main() -> None:
         args.seed = random.randrange(1_000_000)
     if args.minutes <= 0 or args.schedules < 1 or args.concurrency < 1:
         raise SystemExit("--minutes, --schedules and --concurrency must be positive")
-    root = Path(tempfile.mkdtemp(prefix="tickwork-chaos-"))
-    os.chmod(root, 0o755)  # as root the server runs as another user, who must enter the folder
     say(f"R12 chaos soak, seed {args.seed}")
-    try:
-        code = report(args, soak(args, root))
-    except BaseException:
-        say(f"the soak broke off; its data and logs stay in {root}")
-        raise
-    if args.keep or code:
-        say(f"data and logs kept in {root}")
-    else:
-        shutil.rmtree(root, ignore_errors=True)
-    sys.exit(code)
+    run_in_scratch("tickwork-chaos-", args, soak, report)
 
 
 if __name__ == "__main__":

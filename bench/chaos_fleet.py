@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import httpx
 
@@ -105,3 +108,21 @@ def call(client: httpx.Client, method: str, path: str, **kwargs) -> httpx.Respon
             API_RETRIES.append(f"{method} {path}: 503")
         time.sleep(0.5)
     raise SystemExit(f"{method} {path} kept failing; last: {API_RETRIES[-1]}")
+
+
+def run_in_scratch(prefix: str, args: Any, soak: Callable[[Any, Path], Any],
+                   report: Callable[[Any, Any], int]) -> None:
+    """Run a soak in a new folder under /tmp and exit with its report's code; the folder (data
+    and logs) is kept when asked, when the soak broke off, or when an invariant failed."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(root, 0o755)  # as root the server runs as another user, who must enter the folder
+    try:
+        code = report(args, soak(args, root))
+    except BaseException:
+        say(f"the soak broke off; its data and logs stay in {root}")
+        raise
+    if args.keep or code:
+        say(f"data and logs kept in {root}")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+    sys.exit(code)

@@ -42,9 +42,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
-import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -55,7 +52,8 @@ import httpx
 import psycopg
 from psycopg import sql as pgsql
 
-from chaos_fleet import API_RETRIES, Fleet, call, free_port, tickwork, wait_healthy
+from chaos_fleet import (API_RETRIES, Fleet, call, free_port, run_in_scratch, tickwork,
+                         wait_healthy)
 from scratch import busy_pct, machine_cpu, say  # bench/scratch.py
 from sql.embedded import start_embedded
 
@@ -457,21 +455,10 @@ def main() -> None:
             or args.retention_batch < 1):
         raise SystemExit("--minutes, --report-every, --concurrency and --retention-batch must "
                          "be positive, --retention-minutes under a day, the rest not negative")
-    root = Path(tempfile.mkdtemp(prefix="tickwork-soak-"))
-    os.chmod(root, 0o755)  # as root the server runs as another user, who must enter the folder
     say(f"soak: {args.schedules} schedules + {args.api_rate:g} API runs/s for {args.minutes:g} "
         f"min; {os.cpu_count()} CPUs, load average "
         + " ".join(f"{v:.2f}" for v in os.getloadavg()))
-    try:
-        code = report(args, soak(args, root))
-    except BaseException:
-        say(f"the soak broke off; its data and logs stay in {root}")
-        raise
-    if args.keep or code:
-        say(f"data and logs kept in {root}")
-    else:
-        shutil.rmtree(root, ignore_errors=True)
-    sys.exit(code)
+    run_in_scratch("tickwork-soak-", args, soak, report)
 
 
 if __name__ == "__main__":

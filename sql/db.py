@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import select
 from typing import Any
 
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg.rows import dict_row
+import structlog
 from psycopg_pool import AsyncConnectionPool
 from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from sql.errors import Conflict, InvalidInput, TickworkError
+
+log = structlog.get_logger()
 
 
 class DatabaseSettings(BaseSettings):
@@ -177,3 +181,23 @@ class ReadRows:
     async def fetchall(self) -> list[Any]:
         rows, self._rows = self._rows, []
         return rows
+
+
+async def listen_forever(url: str, listen_query: str, *, application_name: str,
+                         wake: asyncio.Event, stop: asyncio.Event, lost_event: str) -> None:
+    """LISTEN on a direct connection and set ``wake`` at every notification until ``stop``;
+    re-establish it after any error (with a capped backoff). A notification only shortens a
+    wait: the caller polls anyway, so a lost listener delays work and never loses it."""
+    delay = 0.5
+    while not stop.is_set():
+        try:
+            conn = await connect(url, application_name=application_name)
+            async with conn:
+                await conn.execute(listen_query)
+                delay = 0.5
+                async for _ in conn.notifies():
+                    wake.set()
+        except (psycopg.Error, OSError) as exc:
+            log.warning(lost_event, error=type(exc).__name__, retry_in=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)

@@ -21,7 +21,7 @@ import psycopg
 import structlog
 
 from sql import QUERIES
-from sql.db import connect
+from sql.db import listen_forever
 from worker.claim import claim_queued_runs, lease_tasks
 from worker.handler import RunDeps, handle_task, run_claimed
 
@@ -40,7 +40,9 @@ class Worker:
         self._active: set[asyncio.Task] = set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        listener = asyncio.create_task(self._listen(stop))
+        listener = asyncio.create_task(listen_forever(
+            self._url, QUERIES["listen_for_tasks"], application_name="tickwork-worker-listen",
+            wake=self._wake, stop=stop, lost_event="listener_lost"))
         log.info("worker_started", worker_id=self.deps.worker_id,
                  concurrency=self.deps.settings.concurrency)
         try:
@@ -90,21 +92,6 @@ class Worker:
                            return_when=asyncio.FIRST_COMPLETED)
         for waiter in waiters:
             waiter.cancel()
-
-    async def _listen(self, stop: asyncio.Event) -> None:
-        delay = 0.5
-        while not stop.is_set():
-            try:
-                conn = await connect(self._url, application_name="tickwork-worker-listen")
-                async with conn:
-                    await conn.execute(QUERIES["listen_for_tasks"])
-                    delay = 0.5
-                    async for _ in conn.notifies():
-                        self._wake.set()
-            except (psycopg.Error, OSError) as exc:
-                log.warning("listener_lost", error=type(exc).__name__, retry_in=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
 
     async def _drain(self) -> None:
         """Stop claiming; let running agents finish within the grace period, then interrupt

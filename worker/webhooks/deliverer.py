@@ -21,7 +21,7 @@ import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from sql import QUERIES
-from sql.db import connect
+from sql.db import listen_forever
 from worker.webhooks.address_guard import refusal
 from worker.webhooks.policy import HORIZON_SECONDS, delivery_body, headers, retry_delay
 from worker.webhooks.settings import WebhookSettings
@@ -108,7 +108,9 @@ class Deliverer:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Deliver until ``stop``; deliveries in flight get their timeout to finish."""
-        listener = asyncio.create_task(self._listen(stop)) if self._url else None
+        listener = asyncio.create_task(listen_forever(
+            self._url, QUERIES["listen_for_webhooks"], application_name="tickwork-webhooks-listen",
+            wake=self._wake, stop=stop, lost_event="webhook_listener_lost")) if self._url else None
         pruned_at = 0.0
         try:
             while not stop.is_set():
@@ -162,21 +164,6 @@ class Deliverer:
                     "now": None, "keep_days": self._settings.webhook_keep_days, "limit": 1000})
         except psycopg.Error as exc:
             log.warning("webhook_prune_failed", error=type(exc).__name__)
-
-    async def _listen(self, stop: asyncio.Event) -> None:
-        delay = 0.5
-        while not stop.is_set():
-            try:
-                conn = await connect(self._url, application_name="tickwork-webhooks-listen")
-                async with conn:
-                    await conn.execute(QUERIES["listen_for_webhooks"])
-                    delay = 0.5
-                    async for _ in conn.notifies():
-                        self._wake.set()
-            except (psycopg.Error, OSError) as exc:
-                log.warning("webhook_listener_lost", error=type(exc).__name__, retry_in=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
 
 
 async def serve_deliverer(url: str, settings: WebhookSettings, stop: asyncio.Event) -> None:

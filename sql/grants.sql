@@ -41,6 +41,12 @@ BEGIN
         -- Retention deletes a batch of finished runs with their claims, approvals and states
         -- through one function (0037), never those tables directly.
         GRANT EXECUTE ON FUNCTION retention_delete_runs(timestamptz, integer) TO tickwork_scheduler;
+        -- The sweep fails timed-out runs and mints their retries through the one minting
+        -- function (0041), the door with its injected clock; its own INSERT on executions stays
+        -- for the tick's dispatch.
+        GRANT EXECUTE ON FUNCTION fail_and_retry_executions(uuid[], boolean, uuid),
+                                  fail_and_retry_executions(uuid[], boolean, uuid, timestamptz)
+            TO tickwork_scheduler;
         -- The sweep's verdict ends runs: the webhook enqueue trigger (0034, 0035) reads which
         -- webhooks want the event (never their secrets) and queues through a narrow door.
         GRANT SELECT (tenant_id, events) ON webhooks TO tickwork_scheduler;
@@ -49,19 +55,18 @@ BEGIN
     END IF;
 
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_worker') THEN
-        -- INSERT: the retry a worker's own deadline verdict or a release mints is queued at
-        -- once, and a released resumed run's resume task is queued again (sweep.sql,
-        -- release.sql).
+        -- INSERT: a released resumed run's resume task is queued again (release.sql); retries
+        -- are queued inside fail_and_retry_executions (0041).
         GRANT SELECT, INSERT, UPDATE, DELETE ON queue_tasks TO tickwork_worker;
         GRANT SELECT, INSERT ON execution_claims TO tickwork_worker;
-        -- INSERT on executions: at its own deadline a worker gives the sweep's verdict, which
-        -- mints the retry (the same code path as the sweep). UPDATE only of what a run changes
-        -- (claim, suspend, resume, finish, release: sql/queries/worker.sql, approvals.sql,
-        -- release.sql, sweep.sql), never whose run it is (tenant_id, agent_id, schedule_id).
+        -- No INSERT on executions (RELIABILITY S4): the retry a worker's own deadline verdict
+        -- or a release mints goes through fail_and_retry_executions (0041), the sweep's
+        -- statement behind a door that takes no date (not the sweep's dated one). UPDATE only
+        -- of what a run changes (claim, suspend, resume, finish, release: worker.sql,
+        -- approvals.sql, release.sql), never whose run it is (tenant_id, agent_id, schedule_id).
         GRANT SELECT ON executions TO tickwork_worker;
-        GRANT INSERT (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
-                      scheduled_for, attempt, max_attempts, retry_of, timeout_minutes, input)
-            ON executions TO tickwork_worker;
+        GRANT EXECUTE ON FUNCTION fail_and_retry_executions(uuid[], boolean, uuid)
+            TO tickwork_worker;
         GRANT UPDATE (status, outcome, reason, breadcrumb, started_at, finished_at, deadline,
                       run_token, usage)
             ON executions TO tickwork_worker;
@@ -133,6 +138,11 @@ BEGIN
         GRANT SELECT, INSERT ON skipped_fires TO tickwork_api;
         GRANT EXECUTE ON FUNCTION journal_run_complete(uuid, jsonb),
                                   retention_upkeep(integer, integer) TO tickwork_api;
+        -- The tick's sweep fails timed-out runs and mints their retries through the one
+        -- minting function (0041), as the scheduler's does.
+        GRANT EXECUTE ON FUNCTION fail_and_retry_executions(uuid[], boolean, uuid),
+                                  fail_and_retry_executions(uuid[], boolean, uuid, timestamptz)
+            TO tickwork_api;
         IF EXISTS (SELECT 1 FROM pg_auth_members m
                      JOIN pg_roles r ON r.oid = m.roleid JOIN pg_roles u ON u.oid = m.member
                     WHERE r.rolname = 'tickwork_scheduler' AND u.rolname = 'tickwork_api') THEN

@@ -13,27 +13,29 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from sql import QUERIES
-from sql.ids import new_id
 
 
 async def fail_timed_out(conn: AsyncConnection, locked: list[dict[str, Any]],
                          now: datetime | None) -> tuple[int, int]:
     """Fail executions already locked by the caller's transaction; mint one retry each while
-    attempts remain. Returns (failed, retried)."""
-    retry_ids = [new_id() if row["attempt"] < row["max_attempts"] else None for row in locked]
-    return await _fail_and_retry(conn, locked, retry_ids, now, released=False)
+    attempts remain. Returns (failed, retried). ``now`` is the sweep's injected clock; a worker
+    passes None and goes through the door that takes no date (migration 0041)."""
+    rows = await _fail_and_retry(conn, locked, None, now, released=False)
+    return len(rows), sum(1 for row in rows if row["retry_id"] is not None)
 
 
 async def _fail_and_retry(conn: AsyncConnection, locked: list[dict[str, Any]],
-                          retry_ids: list[UUID | None], now: datetime | None, *,
-                          released: bool) -> tuple[int, int]:
+                          run_token: UUID | None, now: datetime | None, *,
+                          released: bool) -> list[dict[str, Any]]:
     if not locked:
-        return 0, 0
-    cursor = await conn.execute(QUERIES["fail_timed_out_executions"], {
-        "ids": [row["id"] for row in locked], "retry_ids": retry_ids, "now": now,
-        "released": released})
-    counts = await cursor.fetchone()
-    return counts["failed"], counts["retried"]
+        return []
+    params = {"ids": [row["id"] for row in locked], "released": released,
+              "run_token": run_token}
+    if now is None:  # the worker's door: it may not choose a date
+        cursor = await conn.execute(QUERIES["fail_own_executions"], params)
+    else:
+        cursor = await conn.execute(QUERIES["fail_timed_out_executions"], {**params, "now": now})
+    return await cursor.fetchall()
 
 
 async def release_run(conn: AsyncConnection, execution_id: UUID, run_token: UUID, *,
@@ -55,6 +57,5 @@ async def release_run(conn: AsyncConnection, execution_id: UUID, run_token: UUID
         return {"resume": approval_id} if await cursor.fetchone() else None
     cursor = await conn.execute(QUERIES["lock_running_execution_for_release"], params)
     locked = await cursor.fetchall()
-    retry_id = new_id()
-    failed, _ = await _fail_and_retry(conn, locked, [retry_id], None, released=True)
-    return {"retry_id": retry_id} if failed else None
+    rows = await _fail_and_retry(conn, locked, run_token, None, released=True)
+    return {"retry_id": rows[0]["retry_id"]} if rows else None

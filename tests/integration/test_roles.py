@@ -57,6 +57,13 @@ FORBIDDEN = {
         "INSERT INTO executions (id, tenant_id, agent_id, trigger_type, trigger_source,"
         f" scheduled_for, status) VALUES ({A_UUID}, {A_UUID}, {A_UUID}, 'run', 'api', now(),"
         " 'completed')",
+        # RELIABILITY S4: only the dispatcher and the sweep mint executions; a worker's retries
+        # go through fail_and_retry_executions (0041).
+        "INSERT INTO executions (id, tenant_id, agent_id, trigger_type, trigger_source,"
+        f" scheduled_for) VALUES ({A_UUID}, {A_UUID}, {A_UUID}, 'schedule', 'tick', now())",
+        # ... and the worker may not pick the sweep's clock for that door.
+        f"SELECT * FROM fail_and_retry_executions(ARRAY[{A_UUID}::uuid], false, NULL,"
+        " '2999-01-01')",
         "DELETE FROM executions",
         "DELETE FROM schedules",
         "DELETE FROM agents",
@@ -160,6 +167,33 @@ def test_the_journal_door_adds_only_a_finished_runs_one_terminal_event(granted, 
         assert conn.execute(add, (ids["failed"],)).fetchone()[0] == 1
         assert conn.execute(add, (ids["failed"],)).fetchone()[0] == 0
     assert scalar(db_url, "SELECT count(*) FROM run_events") == 1
+
+
+def test_the_worker_mints_retries_only_of_its_due_or_fenced_runs_through_the_door(granted,
+                                                                                   db_url):
+    token = new_id()
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        ids = {}
+        for name, minutes in (("due", -1), ("not_due", 10), ("fenced", 10)):
+            ids[name] = new_id()
+            conn.execute("INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
+                         " trigger_source, scheduled_for, status, started_at, deadline,"
+                         " run_token) VALUES (%s, %s, %s, 'run', 'api', now(), 'running', now(),"
+                         " now() + make_interval(mins => %s), %s)",
+                         (ids[name], tenant, agent, minutes, token))
+    door = "SELECT failed_id, retry_id FROM fail_and_retry_executions(%s::uuid[], %s, %s)"
+    with psycopg.connect(granted["tickwork_worker"], autocommit=True) as conn:
+        timed_out = conn.execute(door, ([ids["due"], ids["not_due"]], False, None)).fetchall()
+        assert [row[0] for row in timed_out] == [ids["due"]] and timed_out[0][1] is not None
+        assert conn.execute(door, ([ids["fenced"]], True, new_id())).fetchall() == []
+        released = conn.execute(door, ([ids["fenced"]], True, token)).fetchall()
+        assert [row[0] for row in released] == [ids["fenced"]]
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE retry_of IS NOT NULL") == 2
+    assert scalar(db_url, "SELECT count(*) FROM queue_tasks WHERE kind = 'run'") == 2
+    assert scalar(db_url, "SELECT status FROM executions WHERE id = %s",
+                  (ids["not_due"],)) == "running"
 
 
 def test_the_worker_removes_schedules_only_of_an_agent_that_is_gone(granted, db_url):

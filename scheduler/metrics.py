@@ -129,9 +129,6 @@ def app_metrics(state: Any) -> AppMetrics:
 
 
 def sse_subscribers(state: Any) -> int:
-    """The count the journal tail keeps on ``app.state.sse_subscribers`` (0 until it does)."""
-    value = getattr(state, "sse_subscribers", 0)
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
+    """Open event streams of this API process: the hub counts them (0 before it starts)."""
+    hub = getattr(state, "hub", None)
+    return hub.subscribers if hub is not None else 0

@@ -11,8 +11,6 @@ class SchedulerSettings(BaseSettings):
     sweep_batch_size: int = 500
     # Missed fires recorded per schedule per tick after downtime; the run itself always happens.
     missed_fire_record_limit: int = 1440
-    default_timeout_minutes: int = 5
-    default_max_attempts: int = 3
     retention_days: int = 30
     retention_batch_size: int = 1000  # runs per batch (one short transaction), 1..10,000
     # Each tick deletes batch after batch while they come back full, for at most this long.

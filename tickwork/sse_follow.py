@@ -14,7 +14,6 @@ from typing import Callable, Iterable, Iterator
 import httpx
 
 
-KEEPALIVE_SECONDS = 15
 READ_TIMEOUT_SECONDS = 30.0  # longer than the keepalive: silence past it means the link is dead
 FIRST_DELAY, MAX_DELAY, GIVE_UP_AFTER = 0.5, 5.0, 60.0
 TERMINAL_STATUSES = {"completed", "failed", "cancelled"}

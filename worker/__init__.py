@@ -1,2 +1,2 @@
-"""The execution side. Issue 2 ships the tool catalog (what agents may name); the agent loop,
-claims and walls arrive with the worker issue."""
+"""The execution side: claiming runs, the agent loop with its walls and stop gate, approvals,
+model providers, tools and the webhook deliverer. It never imports `scheduler`."""

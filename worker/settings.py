@@ -35,7 +35,6 @@ class WorkerSettings(BaseSettings):
     tool_timeout_seconds: float = 60.0
     offload_threshold_chars: int = 4000
     offload_preview_chars: int = 800
-    journal_batch_events: int = 32
     # query_file: each query runs in its own process, killed past this time limit, with this
     # much memory (worker/tools/sandbox.py).
     query_file_time_limit_seconds: float = 2.0

@@ -211,21 +211,36 @@ async def test_metrics_span_every_tenant_so_a_tenant_token_even_an_admin_gets_40
         assert "operator token" in response.json()["message"]
 
 
-async def test_sse_subscribers_come_from_the_app_state(api):
+async def test_sse_subscribers_count_the_streams_the_hub_holds_open(api, pool, db_url):
+    from uuid import UUID
+
+    from scheduler.api.hub import EventHub
+
     app = api._transport.app
-    app.state.sse_subscribers = 3
-    assert gauge(await scrape(api), "tickwork_sse_subscribers") == 3
-    app.state.sse_subscribers = 0
+    app.state.hub = EventHub(pool, db_url)  # started lazily by the first stream; not needed here
+    assert gauge(await scrape(api), "tickwork_sse_subscribers") == 0
+    async with app.state.hub.subscribe(UUID(int=1), 0), app.state.hub.subscribe(UUID(int=1), 0):
+        async with app.state.hub.subscribe(UUID(int=2), 0):
+            assert gauge(await scrape(api), "tickwork_sse_subscribers") == 3
     assert gauge(await scrape(api), "tickwork_sse_subscribers") == 0
 
 
-async def test_two_apps_in_one_process_scrape_without_clashing(api, pool, settings, tokens):
+async def test_two_apps_in_one_process_scrape_without_clashing(api, pool, settings, tokens,
+                                                               db_url):
+    import contextlib
+    from uuid import UUID
+
+    from scheduler.api.hub import EventHub
+
     other = create_app(settings, pool=pool)
+    other.state.hub = EventHub(pool, db_url)
     headers = {"Authorization": f"Bearer {tokens['acme']}"}
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=other), headers=headers,
-                                 base_url="http://other.test") as client:
+    async with contextlib.AsyncExitStack() as streams, httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=other), headers=headers,
+            base_url="http://other.test") as client:
+        for i in range(5):
+            await streams.enter_async_context(other.state.hub.subscribe(UUID(int=i), 0))
         client.tokens = tokens
-        other.state.sse_subscribers = 5
         first, second = await asyncio.gather(scrape(api), scrape(client))
         again = await scrape(client)
     assert gauge(first, "tickwork_sse_subscribers") == 0

@@ -15,6 +15,7 @@ from scheduler.settings import SchedulerSettings
 from sql.db import DatabaseSettings
 from sql.errors import TickworkError
 from tickwork import cli_help, cli_resources, cli_webhooks
+from tickwork.cli_resources import JSON_OPTION, print_items
 from tickwork.client import fail
 from tickwork.logs import configure_logging
 
@@ -148,8 +149,7 @@ def token_create(
 
 @token_app.command("list")
 def token_list(tenant: Optional[str] = typer.Option(None, help="Only this tenant's tokens."),
-               as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")
-               ) -> None:
+               as_json: bool = JSON_OPTION) -> None:
     """Tokens (never the token itself): id, tenant, kind, created, expires, last used."""
     from scheduler.tokens import public_token
     from tickwork.local import list_tokens_sync
@@ -159,7 +159,7 @@ def token_list(tenant: Optional[str] = typer.Option(None, help="Only this tenant
     except TickworkError as exc:
         fail(exc.message)
     if as_json:
-        typer.echo(json.dumps({"items": items}))
+        print_items(items)
         return
     from rich.table import Table
 

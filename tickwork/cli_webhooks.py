@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import List
 from uuid import UUID
 
 import typer
 from rich.table import Table
 
+from tickwork.cli_resources import JSON_OPTION, print_items
 from tickwork.client import ApiClient, ApiError, fail
 from tickwork.local_zone import machine_zone
 from tickwork.terminal_text import plain_cells
@@ -48,8 +48,7 @@ def add_webhook(
 
 
 @webhook_app.command("list")
-def list_webhooks(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")
-                  ) -> None:
+def list_webhooks(as_json: bool = JSON_OPTION) -> None:
     """Webhooks: id, URL, events, created (never the secret)."""
     from tickwork.cli_resources import local_time, out
 
@@ -58,7 +57,7 @@ def list_webhooks(as_json: bool = typer.Option(False, "--json", help="Print one 
     except ApiError as exc:
         fail(exc.message)
     if as_json:
-        typer.echo(json.dumps({"items": items}))
+        print_items(items)
         return
     zone = machine_zone()
     table = Table("id", "url", "events", "created")
@@ -83,7 +82,7 @@ def remove_webhook(webhook_id: str = typer.Argument(..., metavar="ID",
 @webhook_app.command("deliveries")
 def list_deliveries(
         webhook_id: str = typer.Argument(..., metavar="ID", help="The webhook's id."),
-        as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
+        as_json: bool = JSON_OPTION) -> None:
     """A webhook's delivery log, newest first: status, attempts, last answer, next attempt."""
     from tickwork.cli_resources import local_time, out
 
@@ -93,7 +92,7 @@ def list_deliveries(
     except ApiError as exc:
         fail(exc.message)
     if as_json:
-        typer.echo(json.dumps({"items": items}))
+        print_items(items)
         return
     zone = machine_zone()
     table = Table("id", "type", "status", "attempts", "last answer", "next attempt", "created")

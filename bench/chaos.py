@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import time
 from datetime import datetime
@@ -47,11 +46,10 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from psycopg import sql as pgsql
 
 from chaos_checks import check_all, violations  # bench/chaos_checks.py
-from chaos_fleet import (API_RETRIES, Fleet, call, free_port, run_in_scratch, tickwork,
-                         wait_healthy)
+from chaos_fleet import (API_RETRIES, Fleet, call, free_port, run_in_scratch,
+                         start_scratch_database, tickwork, wait_healthy)
 from chaos_tails import Tails
 from scratch import say  # bench/scratch.py
 from sql.embedded import EmbeddedPostgres, start_embedded
@@ -146,13 +144,8 @@ def drain(fleet: Fleet, url: str, operator: httpx.Client, limit_s: float) -> tup
 
 def soak(args: argparse.Namespace, root: Path) -> dict:
     rng = random.Random(args.seed)
-    server = start_embedded(root / "pg")
-    say(f"embedded Postgres in {root / 'pg'} on port {server.port} (its own; never a shared one)")
-    with psycopg.connect(server.url, autocommit=True) as admin:
-        admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(DB_NAME)))
-    url = server.url_for(DB_NAME)
-    env = {**os.environ, "TICKWORK_DATABASE_URL": url}
-    say(tickwork(env, "migrate"))
+    server, env = start_scratch_database(root, DB_NAME)
+    url = env["TICKWORK_DATABASE_URL"]
     tenant_token = tickwork(env, "token", "create", "--tenant", "chaos")
     operator_token = tickwork(env, "token", "create", "--operator")
     logs = root / "logs"

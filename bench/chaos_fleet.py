@@ -126,3 +126,20 @@ def run_in_scratch(prefix: str, args: Any, soak: Callable[[Any, Path], Any],
     else:
         shutil.rmtree(root, ignore_errors=True)
     sys.exit(code)
+
+
+def start_scratch_database(root: Path, db_name: str):
+    """The soak's own embedded Postgres (never a shared server) with one migrated database;
+    returns the server and the environment that points tickwork at it."""
+    import psycopg
+    from psycopg import sql as pgsql
+
+    from sql.embedded import start_embedded
+
+    server = start_embedded(root / "pg")
+    say(f"embedded Postgres in {root / 'pg'} on port {server.port} (its own; never a shared one)")
+    with psycopg.connect(server.url, autocommit=True) as admin:
+        admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(db_name)))
+    env = {**os.environ, "TICKWORK_DATABASE_URL": server.url_for(db_name)}
+    say(tickwork(env, "migrate"))
+    return server, env

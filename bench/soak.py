@@ -50,12 +50,10 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from psycopg import sql as pgsql
 
-from chaos_fleet import (API_RETRIES, Fleet, call, free_port, run_in_scratch, tickwork,
-                         wait_healthy)
+from chaos_fleet import (API_RETRIES, Fleet, call, free_port, run_in_scratch,
+                         start_scratch_database, tickwork, wait_healthy)
 from scratch import busy_pct, machine_cpu, say  # bench/scratch.py
-from sql.embedded import start_embedded
 
 DB_NAME = "tickwork_soak"
 RUN_INPUT = {"script": [{"text": "ok"}]}  # one scripted model turn
@@ -319,13 +317,8 @@ def verdicts(windows: list[dict], settled_s: float) -> dict[str, dict]:
 # --- the soak -------------------------------------------------------------------------------------
 
 def soak(args: argparse.Namespace, root: Path) -> dict:
-    server = start_embedded(root / "pg")
-    say(f"embedded Postgres in {root / 'pg'} on port {server.port} (its own; never a shared one)")
-    with psycopg.connect(server.url, autocommit=True) as admin:
-        admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(DB_NAME)))
-    url = server.url_for(DB_NAME)
-    env = {**os.environ, "TICKWORK_DATABASE_URL": url}
-    say(tickwork(env, "migrate"))
+    server, env = start_scratch_database(root, DB_NAME)
+    url = env["TICKWORK_DATABASE_URL"]
     token = tickwork(env, "token", "create", "--tenant", "soak")
     logs = root / "logs"
     logs.mkdir()

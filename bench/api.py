@@ -41,10 +41,10 @@ import psycopg  # noqa: E402
 
 from scratch import (ROOT, BenchProcess, busy_pct, describe_server, machine_cpu,  # noqa: E402
                      process_cpu_s, say, scratch_database)
-from scheduler.tokens import create_token  # noqa: E402
-from sql.db import connect  # noqa: E402
-from sql.ids import new_id  # noqa: E402
-from sql.migrate import migrate  # noqa: E402
+from tickwork.scheduler.tokens import create_token  # noqa: E402
+from tickwork.sql.db import connect  # noqa: E402
+from tickwork.sql.ids import new_id  # noqa: E402
+from tickwork.sql.migrate import migrate  # noqa: E402
 
 SCRATCH_DB = "tickwork_bench_api"
 # wrk's script: the request, and at the end one JSON line with the latency percentiles (µs).

@@ -33,9 +33,9 @@ import psycopg  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
 from scratch import WorkerProcess, describe_server, say, scratch_database  # noqa: E402
-from sql.ids import new_id  # noqa: E402
-from sql.migrate import migrate  # noqa: E402
-from worker.tools.publish import publish_catalog  # noqa: E402
+from tickwork.sql.ids import new_id  # noqa: E402
+from tickwork.sql.migrate import migrate  # noqa: E402
+from tickwork.worker.tools.publish import publish_catalog  # noqa: E402
 
 SCRATCH_DB = "tickwork_bench_inflight"
 STALL_SECONDS = 60.0

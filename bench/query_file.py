@@ -18,8 +18,8 @@ import resource
 import statistics
 import time
 
-from worker.tools.sandbox import QueryLimits, run_query
-from worker.tools.sqlbox import query_rows
+from tickwork.worker.tools.sandbox import QueryLimits, run_query
+from tickwork.worker.tools.sqlbox import query_rows
 
 SQL = "SELECT category, count(*) AS n, max(id) FROM result GROUP BY 1 ORDER BY 2 DESC"
 

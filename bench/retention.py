@@ -28,11 +28,11 @@ import psycopg
 import structlog
 
 from scratch import busy_pct, describe_server, machine_cpu, say, scratch_database  # bench/scratch.py
-from scheduler.retention import trim_retention
-from scheduler.settings import SchedulerSettings
-from sql.db import open_pool
-from sql.ids import new_id
-from sql.migrate import migrate
+from tickwork.scheduler.retention import trim_retention
+from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.sql.db import open_pool
+from tickwork.sql.ids import new_id
+from tickwork.sql.migrate import migrate
 
 # The worker's best sustained one-turn rate measured by bench/runs.py on this machine class:
 # 634 runs/s (issue 9's table; bench/README.md records no runs.py figure; a 3,000-run

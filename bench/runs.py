@@ -60,13 +60,13 @@ from psycopg.conninfo import conninfo_to_dict
 
 from scratch import (WorkerProcess, busy_pct, describe_server,  # bench/scratch.py
                      machine_cpu, process_cpu_s, say, scratch_database)
-from scheduler.runs import request_hash, start_agent_run
-from scheduler.tokens import Principal
-from sql import QUERIES
-from sql.db import connect
-from sql.ids import new_id
-from sql.migrate import migrate
-from worker.tools.publish import publish_catalog
+from tickwork.scheduler.runs import request_hash, start_agent_run
+from tickwork.scheduler.tokens import Principal
+from tickwork.sql import QUERIES
+from tickwork.sql.db import connect
+from tickwork.sql.ids import new_id
+from tickwork.sql.migrate import migrate
+from tickwork.worker.tools.publish import publish_catalog
 
 SCRATCH_DB = "tickwork_bench_runs"
 RUN_INPUT = {"script": [{"text": "ok"}]}
@@ -635,8 +635,8 @@ PROBE = "SELECT count(*) AS n FROM executions WHERE status IN ('completed', 'fai
 async def _run_in_process_worker(url: str, concurrency: int, total: int) -> float:
     """Run the CLI's own wiring (build_worker) in this process until ``total`` executions are
     finished; return the wall seconds from its start."""
-    from worker.__main__ import build_worker
-    from worker.settings import WorkerSettings
+    from tickwork.worker.__main__ import build_worker
+    from tickwork.worker.settings import WorkerSettings
 
     worker = await build_worker(url, WorkerSettings(concurrency=concurrency))
     stop = asyncio.Event()
@@ -675,9 +675,9 @@ def profile_worker(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Nam
                    already: int) -> dict[str, Any]:
     """Statements and round trips per run at --concurrency C, then the time per step of a run
     at concurrency 1 (where each step's wall time is its latency, not queueing)."""
-    import worker.handler as handler
-    import worker.runner as runner
-    from sql.journal import RunJournal
+    import tickwork.worker.handler as handler
+    import tickwork.worker.runner as runner
+    from tickwork.sql.journal import RunJournal
 
     # The worker logs two JSON lines per run; render them (as the CLI does) into /dev/null.
     from tickwork.logs import configure_logging

@@ -153,9 +153,9 @@ class Retention(threading.Thread):
         return 60 - (time.time() % 60) + 5  # 5 s after the schedulers' tick at second 0
 
     async def _round(self) -> None:
-        from scheduler.settings import SchedulerSettings
-        from scheduler.retention import trim_retention
-        from sql.db import open_pool
+        from tickwork.scheduler.settings import SchedulerSettings
+        from tickwork.scheduler.retention import trim_retention
+        from tickwork.sql.db import open_pool
 
         settings = SchedulerSettings(retention_days=1, retention_batch_size=self.batch_size)
         pool = await open_pool(self.url, application_name="soak-retention",

@@ -68,8 +68,8 @@ import structlog
 
 from scratch import (ROOT, BenchProcess, WorkerProcess, busy_pct,  # bench/scratch.py
                      describe_server, machine_cpu, process_cpu_s, say, scratch_database)
-from sql.migrate import migrate
-from worker.tools.publish import publish_catalog
+from tickwork.sql.migrate import migrate
+from tickwork.worker.tools.publish import publish_catalog
 
 SCRATCH_DB = "tickwork_bench_tail"
 HOST = "127.0.0.1"
@@ -151,7 +151,7 @@ API_PROFILER = textwrap.dedent('''
     import collections, json, os, sys, threading, time
     import psycopg
     from psycopg_pool import AsyncConnectionPool
-    from sql import QUERIES
+    from tickwork.sql import QUERIES
     names = {" ".join(t.split()): n for n, t in QUERIES.items()}
     count, seconds = collections.Counter(), collections.Counter()
     def label(query):
@@ -171,7 +171,7 @@ API_PROFILER = textwrap.dedent('''
     wrap(psycopg.AsyncCursor, "execute", lambda a: label(a[0]))
     wrap(AsyncConnectionPool, "getconn",
          lambda a: "(pool.getconn: waiting for a connection + check)")
-    from scheduler.api import hub
+    from tickwork.scheduler.api import hub
     original_refresh = hub.EventHub.refresh
     async def refresh(self, run_id, *, notified=False):
         key = ("(hub.refresh after a NOTIFY" if notified else "(hub.refresh by the poll")
@@ -222,7 +222,7 @@ API_PROFILER = textwrap.dedent('''
 # before the event is buffered); the stamps go to STAMPS_OUT as JSON when the worker stops.
 WORKER_STAMPER = textwrap.dedent('''
     import json, os, sys, time
-    from sql import journal
+    from tickwork.sql import journal
     stamps = []
     original = journal.RunJournal.emit
     def emit(self, type, payload, parent=None):

@@ -47,12 +47,12 @@ from psycopg_pool import AsyncConnectionPool
 
 # _due and batch_params: --explain builds a batch's parameters exactly as dispatch_once does.
 from scratch import describe_server, say, scratch_database  # bench/scratch.py
-from scheduler.dispatcher import _due, batch_params, dispatch_due
-from scheduler.planner import CronCache, plan_fire
-from sql import QUERIES
-from sql.db import open_pool
-from sql.ids import new_id
-from sql.migrate import migrate
+from tickwork.scheduler.dispatcher import _due, batch_params, dispatch_due
+from tickwork.scheduler.planner import CronCache, plan_fire
+from tickwork.sql import QUERIES
+from tickwork.sql.db import open_pool
+from tickwork.sql.ids import new_id
+from tickwork.sql.migrate import migrate
 
 SCRATCH_DB = "tickwork_bench_tick"
 # The fixed tick time: Monday 1 September 2025, midnight UTC, so that minutely, hourly, daily,

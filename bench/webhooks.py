@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 
 from bench.scratch import describe_server, say, scratch_database  # noqa: E402
-from sql.migrate import migrate  # noqa: E402
+from tickwork.sql.migrate import migrate  # noqa: E402
 
 RUNS, BATCH = 5000, 500
 REPEAT = int(sys.argv[1]) if len(sys.argv) > 1 else 5

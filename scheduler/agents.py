@@ -7,12 +7,12 @@ from uuid import UUID
 
 from psycopg import AsyncConnection
 
-from scheduler.models import AgentIn
-from scheduler.serialize import AGENT_FIELDS, pick
-from scheduler.tokens import Principal
-from sql import QUERIES
-from sql.errors import NotFound, TickworkError
-from sql.ids import new_id
+from tickwork.scheduler.models import AgentIn
+from tickwork.scheduler.serialize import AGENT_FIELDS, pick
+from tickwork.scheduler.tokens import Principal
+from tickwork.sql import QUERIES
+from tickwork.sql.errors import NotFound, TickworkError
+from tickwork.sql.ids import new_id
 
 
 class UnknownTools(TickworkError):

@@ -6,10 +6,10 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from scheduler.serialize import pick
-from scheduler.tokens import Principal
-from sql import QUERIES
-from sql.errors import Conflict, NotFound
+from tickwork.scheduler.serialize import pick
+from tickwork.scheduler.tokens import Principal
+from tickwork.sql import QUERIES
+from tickwork.sql.errors import Conflict, NotFound
 
 APPROVAL_FIELDS = ("id", "execution_id", "tool", "arguments", "status", "reason", "created_at",
                    "decided_at")

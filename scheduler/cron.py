@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 
 from croniter import CroniterBadDateError, croniter
 
-from sql.errors import InvalidInput
+from tickwork.sql.errors import InvalidInput
 
 _FIELD = re.compile(r"[0-9A-Za-z*,/\-]+")
 _ZONE_PREFIX = re.compile(r"^\s*(CRON_TZ|TZ)\s*=", re.IGNORECASE)

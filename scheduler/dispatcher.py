@@ -14,9 +14,9 @@ from typing import Any, Iterable
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.planner import CronCache, DueSchedule, FirePlan, plan_fire
-from sql import QUERIES, failpoints
-from sql.ids import new_id
+from tickwork.scheduler.planner import CronCache, DueSchedule, FirePlan, plan_fire
+from tickwork.sql import QUERIES, failpoints
+from tickwork.sql.ids import new_id
 
 
 @dataclass

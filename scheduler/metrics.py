@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from psycopg import AsyncConnection
 
-from sql import QUERIES
+from tickwork.sql import QUERIES
 
 TICK_DURATION = Histogram("tickwork_tick_duration_seconds", "Duration of one whole tick.")
 TICK_FAILURES = Counter("tickwork_tick_failures_total", "Ticks that failed (never retried).")

@@ -10,7 +10,7 @@ from uuid import UUID
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr,
                       model_validator)
 
-from sql.errors import InvalidInput
+from tickwork.sql.errors import InvalidInput
 
 
 def storable_text(text: str) -> str:

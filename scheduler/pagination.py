@@ -7,7 +7,7 @@ import binascii
 from typing import Any
 from uuid import UUID
 
-from sql.errors import InvalidInput
+from tickwork.sql.errors import InvalidInput
 
 MAX_LIMIT = 200
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Callable
 from uuid import UUID
 
-from scheduler import cron
+from tickwork.scheduler import cron
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from typing import Any
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.settings import SchedulerSettings
-from sql import QUERIES
+from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.sql import QUERIES
 
 log = structlog.get_logger()
 JOURNAL_MONTHS_AHEAD = 2

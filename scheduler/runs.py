@@ -16,13 +16,13 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from scheduler.agents import agent_not_found, get_agent
-from scheduler.schedules import get_schedule
-from scheduler.serialize import RUN_FIELDS, pick
-from scheduler.tokens import Principal
-from sql import QUERIES
-from sql.errors import Conflict, InvalidInput, NotFound
-from sql.ids import new_id
+from tickwork.scheduler.agents import agent_not_found, get_agent
+from tickwork.scheduler.schedules import get_schedule
+from tickwork.scheduler.serialize import RUN_FIELDS, pick
+from tickwork.scheduler.tokens import Principal
+from tickwork.sql import QUERIES
+from tickwork.sql.errors import Conflict, InvalidInput, NotFound
+from tickwork.sql.ids import new_id
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "model_calls")
 

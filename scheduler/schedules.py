@@ -8,14 +8,14 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from scheduler import cron
-from scheduler.agents import get_agent
-from scheduler.models import ScheduleIn, SchedulePatch
-from scheduler.serialize import HISTORY_FIELDS, SCHEDULE_FIELDS, pick
-from scheduler.tokens import Principal
-from sql import QUERIES
-from sql.errors import Conflict, NotFound
-from sql.ids import new_id
+from tickwork.scheduler import cron
+from tickwork.scheduler.agents import get_agent
+from tickwork.scheduler.models import ScheduleIn, SchedulePatch
+from tickwork.scheduler.serialize import HISTORY_FIELDS, SCHEDULE_FIELDS, pick
+from tickwork.scheduler.tokens import Principal
+from tickwork.sql import QUERIES
+from tickwork.sql.errors import Conflict, NotFound
+from tickwork.sql.ids import new_id
 
 
 def public_schedule(row: dict[str, Any]) -> dict[str, Any]:

@@ -42,7 +42,7 @@ HISTORY_FIELDS = ("scheduled_for", "kind", "reason", "execution_id", "status", "
 
 def parse_utc(text: str, field: str) -> datetime:
     """Accept only RFC 3339 UTC with a trailing Z: an offset or a naive time is refused."""
-    from sql.errors import InvalidInput
+    from tickwork.sql.errors import InvalidInput
 
     if not _RFC3339_UTC.fullmatch(text):
         raise InvalidInput(f"{field} must be an RFC 3339 UTC time ending in Z, e.g. "

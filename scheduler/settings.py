@@ -55,7 +55,7 @@ class SchedulerSettings(BaseSettings):
     @field_validator("trusted_proxies")
     @classmethod
     def _proxies_parse(cls, value: str) -> str:
-        from scheduler.api.throttle import parse_networks
+        from tickwork.scheduler.api.throttle import parse_networks
 
         parse_networks(value)  # refuse a typo at startup, not at the first failed login
         return value

@@ -13,8 +13,8 @@ from datetime import datetime
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from sql import QUERIES
-from sql.lifecycle import fail_timed_out
+from tickwork.sql import QUERIES
+from tickwork.sql.lifecycle import fail_timed_out
 
 
 @dataclass

@@ -20,11 +20,11 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.api.hub import EventHub, ended_without_terminal_event, frame
-from scheduler.tokens import Principal
-from sql import QUERIES
-from sql.errors import InvalidInput, NotFound, Unauthorized
-from sql.journal import events_after
+from tickwork.scheduler.api.hub import EventHub, ended_without_terminal_event, frame
+from tickwork.scheduler.tokens import Principal
+from tickwork.sql import QUERIES
+from tickwork.sql.errors import InvalidInput, NotFound, Unauthorized
+from tickwork.sql.journal import events_after
 
 MAX_SEQ = 2**31 - 1
 PAGE = 1000

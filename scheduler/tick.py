@@ -15,11 +15,11 @@ from typing import Any
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.dispatcher import DispatchResult, dispatch_due
-from scheduler.metrics import TICK_DURATION, TICK_FAILURES
-from scheduler.retention import trim_retention, upkeep_on_database_clock
-from scheduler.settings import SchedulerSettings
-from scheduler.sweep import SweepResult, sweep_stale
+from tickwork.scheduler.dispatcher import DispatchResult, dispatch_due
+from tickwork.scheduler.metrics import TICK_DURATION, TICK_FAILURES
+from tickwork.scheduler.retention import trim_retention, upkeep_on_database_clock
+from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.scheduler.sweep import SweepResult, sweep_stale
 
 log = structlog.get_logger()
 

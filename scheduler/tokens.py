@@ -14,10 +14,10 @@ from uuid import UUID
 
 from psycopg import AsyncConnection
 
-from scheduler.serialize import utc_text
-from sql import QUERIES
-from sql.errors import InvalidInput, NotFound, Unauthorized
-from sql.ids import new_id
+from tickwork.scheduler.serialize import utc_text
+from tickwork.sql import QUERIES
+from tickwork.sql.errors import InvalidInput, NotFound, Unauthorized
+from tickwork.sql.ids import new_id
 
 _TOKEN_FORMAT = re.compile(r"^tw_[A-Za-z0-9_-]{43}$")
 _TENANT_FORMAT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")

@@ -12,11 +12,11 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from pydantic import BaseModel, ConfigDict, Field
 
-from scheduler.pagination import decode_cursor, page
-from scheduler.serialize import pick
-from sql import QUERIES
-from sql.errors import Conflict, InvalidInput, NotFound
-from sql.ids import new_id
+from tickwork.scheduler.pagination import decode_cursor, page
+from tickwork.scheduler.serialize import pick
+from tickwork.sql import QUERIES
+from tickwork.sql.errors import Conflict, InvalidInput, NotFound
+from tickwork.sql.ids import new_id
 
 EVENTS = ("approval.required", "run.failed", "run.completed", "run.cancelled")
 MAX_URL_CHARS = 2000

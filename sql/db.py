@@ -15,7 +15,7 @@ from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from sql.errors import Conflict, InvalidInput, TickworkError
+from tickwork.sql.errors import Conflict, InvalidInput, TickworkError
 
 log = structlog.get_logger()
 

@@ -15,8 +15,8 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from sql import QUERIES
-from sql.db import reconnecting
+from tickwork.sql import QUERIES
+from tickwork.sql.db import reconnecting
 
 
 @dataclass

@@ -29,10 +29,10 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from sql import QUERIES, failpoints
-from sql.db import reconnecting
-from sql.finisher import Finish, Finisher, event_rows, write_finishes
-from sql.lifecycle import release_run
+from tickwork.sql import QUERIES, failpoints
+from tickwork.sql.db import reconnecting
+from tickwork.sql.finisher import Finish, Finisher, event_rows, write_finishes
+from tickwork.sql.lifecycle import release_run
 
 # Emission -> background flush. Well inside the 250 ms promise (DESIGN "Visible as it
 # happens"), long enough that a burst (step_start, content_delta, tool_start ...) is one append.

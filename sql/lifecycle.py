@@ -12,7 +12,7 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from sql import QUERIES
+from tickwork.sql import QUERIES
 
 
 async def fail_timed_out(conn: AsyncConnection, locked: list[dict[str, Any]],

@@ -17,8 +17,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from sql.migrate import migrate
-from worker.tools.publish import publish_catalog
+from tickwork.sql.migrate import migrate
+from tickwork.worker.tools.publish import publish_catalog
 
 os.environ.setdefault("TICKWORK_TEST_MODE", "1")
 
@@ -38,7 +38,7 @@ def pg_server_url():
     if url:
         yield url
         return
-    from sql.embedded import start_embedded
+    from tickwork.sql.embedded import start_embedded
 
     root = Path(tempfile.mkdtemp(prefix="tickwork-test-pg-", dir="/tmp"))
     root.chmod(0o755)  # our own new folder: the unprivileged server user must traverse it
@@ -76,7 +76,7 @@ def db_url(pg_server_url, template_db):
 
 @pytest.fixture
 async def pool(db_url):
-    from sql.db import open_pool
+    from tickwork.sql.db import open_pool
 
     pool = await open_pool(db_url, application_name="tickwork-test", max_size=8)
     yield pool
@@ -85,7 +85,7 @@ async def pool(db_url):
 
 @pytest.fixture
 def settings():
-    from scheduler.settings import SchedulerSettings
+    from tickwork.scheduler.settings import SchedulerSettings
 
     # Every in-process client comes from one address, and the auth tests fail on purpose many
     # times: the failed-token brake is off here and tested on its own (test_throttle.py).
@@ -95,7 +95,7 @@ def settings():
 @pytest.fixture
 async def tokens(pool):
     """Tokens of two tenants, acme (admin) and globex (not admin), and a cluster operator's."""
-    from scheduler.tokens import create_token
+    from tickwork.scheduler.tokens import create_token
 
     async with pool.connection() as conn:
         return {"acme": await create_token(conn, tenant="acme", admin=True),
@@ -108,7 +108,7 @@ async def api(pool, settings, tokens):
     """An HTTP client of the real app (in-process ASGI), authenticated as tenant acme."""
     import httpx
 
-    from scheduler.api.app import create_app
+    from tickwork.scheduler.api.app import create_app
 
     app = create_app(settings, pool=pool)
     transport = httpx.ASGITransport(app=app)
@@ -117,7 +117,7 @@ async def api(pool, settings, tokens):
         client.tokens = tokens
         client.app = app
         yield client
-    from scheduler.api.app import stop_hub
+    from tickwork.scheduler.api.app import stop_hub
 
     await stop_hub(app)
 
@@ -130,7 +130,7 @@ async def live_api(pool, settings, tokens):
 
     import uvicorn
 
-    from scheduler.api.app import create_app, stop_hub
+    from tickwork.scheduler.api.app import create_app, stop_hub
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -10,10 +10,10 @@ from typing import Optional
 import typer
 from pydantic import ValidationError
 
-from scheduler.serialize import parse_utc
-from scheduler.settings import SchedulerSettings
-from sql.db import DatabaseSettings
-from sql.errors import TickworkError
+from tickwork.scheduler.serialize import parse_utc
+from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.sql.db import DatabaseSettings
+from tickwork.sql.errors import TickworkError
 from tickwork import cli_help, cli_resources, cli_webhooks
 from tickwork.cli_resources import JSON_OPTION, print_items
 from tickwork.client import fail
@@ -41,8 +41,8 @@ def database_url() -> str:
 
 
 def migrate_and_publish(url: str) -> None:
-    from sql.migrate import apply_grants, migrate
-    from worker.tools.publish import publish_catalog
+    from tickwork.sql.migrate import apply_grants, migrate
+    from tickwork.worker.tools.publish import publish_catalog
 
     applied = migrate(url)
     apply_grants(url)
@@ -89,8 +89,8 @@ def worker(concurrency: Optional[int] = typer.Option(
         None, help="Runs at once (default: TICKWORK_CONCURRENCY, or 4). Memory is the limit.")
            ) -> None:
     """Run agent runs from the queue (any number side by side)."""
-    from worker.__main__ import serve_worker
-    from worker.settings import WorkerSettings
+    from tickwork.worker.__main__ import serve_worker
+    from tickwork.worker.settings import WorkerSettings
 
     configure_logging()
     url = database_url()
@@ -131,7 +131,7 @@ def token_create(
         expires_in: Optional[str] = typer.Option(None, help="Lifetime: 90m, 12h, 30d or 2w "
                                                  "(default: until revoked).")) -> None:
     """Create a token; it is printed once, alone on the last line."""
-    from scheduler.tokens import parse_lifetime
+    from tickwork.scheduler.tokens import parse_lifetime
     from tickwork.local import create_token_sync
 
     try:
@@ -151,7 +151,7 @@ def token_create(
 def token_list(tenant: Optional[str] = typer.Option(None, help="Only this tenant's tokens."),
                as_json: bool = JSON_OPTION) -> None:
     """Tokens (never the token itself): id, tenant, kind, created, expires, last used."""
-    from scheduler.tokens import public_token
+    from tickwork.scheduler.tokens import public_token
     from tickwork.local import list_tokens_sync
 
     try:

@@ -15,7 +15,7 @@ import yaml
 from rich.console import Console
 from rich.table import Column, Table
 
-from scheduler import localtime
+from tickwork.scheduler import localtime
 from tickwork.client import ApiClient, ApiError, fail
 from tickwork.local_zone import machine_zone
 from tickwork.tail import tail_run

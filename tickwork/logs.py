@@ -7,7 +7,7 @@ import re
 
 import structlog
 
-from worker.redact import redact
+from tickwork.worker.redact import redact
 
 # The level when none is given: TICKWORK_LOG_LEVEL, else info. At info a run writes one line
 # (run_finished, or how else it ended); debug adds run_started.

@@ -13,10 +13,10 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.api.app import create_app
-from scheduler.settings import SchedulerSettings
-from scheduler.tick import TickOutcome, run_tick
-from sql.db import DatabaseSettings, open_pool, pool_sizes
+from tickwork.scheduler.api.app import create_app
+from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.scheduler.tick import TickOutcome, run_tick
+from tickwork.sql.db import DatabaseSettings, open_pool, pool_sizes
 
 log = structlog.get_logger()
 
@@ -95,8 +95,8 @@ def run_api(url: str, settings: SchedulerSettings, host: str, port: int) -> None
 
 
 async def _worker(url: str, stop: asyncio.Event) -> None:
-    from worker.__main__ import serve_worker
-    from worker.settings import WorkerSettings
+    from tickwork.worker.__main__ import serve_worker
+    from tickwork.worker.settings import WorkerSettings
 
     await serve_worker(url, WorkerSettings(), stop, up_webhook_settings())
 
@@ -104,7 +104,7 @@ async def _worker(url: str, stop: asyncio.Event) -> None:
 def up_webhook_settings():
     """`up` is one person's machine: a webhook to a receiver on it (or on the home network) is
     delivered unless TICKWORK_WEBHOOK_ALLOW_PRIVATE_ADDRESSES says otherwise."""
-    from worker.webhooks.settings import WebhookSettings
+    from tickwork.worker.webhooks.settings import WebhookSettings
 
     webhooks = WebhookSettings()
     if "webhook_allow_private_addresses" not in webhooks.model_fields_set:

@@ -7,17 +7,17 @@ import os
 import signal
 import socket
 
-from sql.db import DatabaseSettings, open_pool, pool_sizes
-from sql.finisher import Finisher
-from worker import tracing
-from worker.handler import RunDeps
-from worker.providers.routing import ProviderSettings, build_router
-from worker.runner import Worker
-from worker.settings import WorkerSettings
-from worker.tools.publish import publish_catalog
-from worker.tools.registry import catalog
-from worker.webhooks.deliverer import serve_deliverer
-from worker.webhooks.settings import WebhookSettings
+from tickwork.sql.db import DatabaseSettings, open_pool, pool_sizes
+from tickwork.sql.finisher import Finisher
+from tickwork.worker import tracing
+from tickwork.worker.handler import RunDeps
+from tickwork.worker.providers.routing import ProviderSettings, build_router
+from tickwork.worker.runner import Worker
+from tickwork.worker.settings import WorkerSettings
+from tickwork.worker.tools.publish import publish_catalog
+from tickwork.worker.tools.registry import catalog
+from tickwork.worker.webhooks.deliverer import serve_deliverer
+from tickwork.worker.webhooks.settings import WebhookSettings
 
 
 def worker_id() -> str:

@@ -17,15 +17,15 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from sql.journal import RunJournal
-from worker.calls import CallPolicy, NeedsApproval, harness_named, process_call
-from worker.model import Message, ModelProvider, Reply
-from worker.model_turn import ContextExhausted, ask_judge, call_model, record_reply
-from worker.state import Pending, RunState
-from worker.stop_gate import (GateDecision, GateSettings, decide_empty, decide_with_verdict,
+from tickwork.sql.journal import RunJournal
+from tickwork.worker.calls import CallPolicy, NeedsApproval, harness_named, process_call
+from tickwork.worker.model import Message, ModelProvider, Reply
+from tickwork.worker.model_turn import ContextExhausted, ask_judge, call_model, record_reply
+from tickwork.worker.state import Pending, RunState
+from tickwork.worker.stop_gate import (GateDecision, GateSettings, decide_empty, decide_with_verdict,
                               decide_without_judge, route)
-from worker.toolbox import ToolBox
-from worker.walls import hard_cap_reached, hard_stop_message, token_stop_message, turn_warning
+from tickwork.worker.toolbox import ToolBox
+from tickwork.worker.walls import hard_cap_reached, hard_stop_message, token_stop_message, turn_warning
 
 ROOT_SEQ = 1  # run_start, written with the claim
 

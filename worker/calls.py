@@ -16,14 +16,14 @@ import json
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-from sql import failpoints
-from sql.journal import RunJournal
-from worker import tracing
-from worker.model import Message, ToolCall
-from worker.toolbox import ToolBox, refusal
-from worker.tools.registry import ToolSpec
-from worker.walls import Refuse, WallSettings, check_call, record_call
-from worker.state import RunState
+from tickwork.sql import failpoints
+from tickwork.sql.journal import RunJournal
+from tickwork.worker import tracing
+from tickwork.worker.model import Message, ToolCall
+from tickwork.worker.toolbox import ToolBox, refusal
+from tickwork.worker.tools.registry import ToolSpec
+from tickwork.worker.walls import Refuse, WallSettings, check_call, record_call
+from tickwork.worker.state import RunState
 
 # Only this class runs without a person; send/write/delete and any missing or unknown class wait.
 UNASKED_CLASS = "read"

@@ -15,8 +15,8 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from sql import QUERIES
-from sql.ids import new_id
+from tickwork.sql import QUERIES
+from tickwork.sql.ids import new_id
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 
-from worker.model import Message
+from tickwork.worker.model import Message
 
 # Offloaded results are named f_ + a UUID's 32 hex digits (worker/tools/offload.py).
 _FILE_REF = re.compile(r"\bf_[0-9a-f]{32}\b")

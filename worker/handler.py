@@ -19,23 +19,23 @@ from uuid import UUID
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from sql import QUERIES
-from sql.finisher import Finisher
-from sql.journal import RunFenced, RunJournal
-from sql.lifecycle import fail_timed_out
-from worker.agent_loop import ROOT_SEQ, Loop, RunOutcome, Suspension, run_agent, run_pending
-from worker.calls import CallPolicy, approval_payload, execute, rejected
-from worker.claim import LeasedTask, claim_resume
-from worker.model import ModelProvider
-from worker import tracing
-from worker.redact import for_journal, redact
-from worker.settings import WorkerSettings
-from worker.state import STATE_VERSION, CorruptState, RunState
-from worker.stop_gate import GateSettings
-from worker.toolbox import ToolBox
-from worker.tools.registry import ToolSpec
-from worker.tools.sandbox import QueryLimits
-from worker.walls import WallSettings
+from tickwork.sql import QUERIES
+from tickwork.sql.finisher import Finisher
+from tickwork.sql.journal import RunFenced, RunJournal
+from tickwork.sql.lifecycle import fail_timed_out
+from tickwork.worker.agent_loop import ROOT_SEQ, Loop, RunOutcome, Suspension, run_agent, run_pending
+from tickwork.worker.calls import CallPolicy, approval_payload, execute, rejected
+from tickwork.worker.claim import LeasedTask, claim_resume
+from tickwork.worker.model import ModelProvider
+from tickwork.worker import tracing
+from tickwork.worker.redact import for_journal, redact
+from tickwork.worker.settings import WorkerSettings
+from tickwork.worker.state import STATE_VERSION, CorruptState, RunState
+from tickwork.worker.stop_gate import GateSettings
+from tickwork.worker.toolbox import ToolBox
+from tickwork.worker.tools.registry import ToolSpec
+from tickwork.worker.tools.sandbox import QueryLimits
+from tickwork.worker.walls import WallSettings
 
 log = structlog.get_logger()
 # The local timer fires a little after the database deadline, so the verdict query (which

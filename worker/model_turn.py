@@ -12,16 +12,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sql.journal import RunJournal
-from worker import tracing
-from worker.context import masked_count, masked_for_model
-from worker.model import ContextTooLong, Message, Reply
-from worker.state import RunState
-from worker.stop_gate import UNREADABLE, judge_messages, parse_verdict
-from worker.streaming import TextStream
+from tickwork.sql.journal import RunJournal
+from tickwork.worker import tracing
+from tickwork.worker.context import masked_count, masked_for_model
+from tickwork.worker.model import ContextTooLong, Message, Reply
+from tickwork.worker.state import RunState
+from tickwork.worker.stop_gate import UNREADABLE, judge_messages, parse_verdict
+from tickwork.worker.streaming import TextStream
 
 if TYPE_CHECKING:
-    from worker.agent_loop import Loop
+    from tickwork.worker.agent_loop import Loop
 
 
 class ContextExhausted(RuntimeError):

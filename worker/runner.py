@@ -20,10 +20,10 @@ import contextlib
 import psycopg
 import structlog
 
-from sql import QUERIES
-from sql.db import listen_forever
-from worker.claim import claim_queued_runs, lease_tasks
-from worker.handler import RunDeps, handle_task, run_claimed
+from tickwork.sql import QUERIES
+from tickwork.sql.db import listen_forever
+from tickwork.worker.claim import claim_queued_runs, lease_tasks
+from tickwork.worker.handler import RunDeps, handle_task, run_claimed
 
 log = structlog.get_logger()
 # After the grace period: time to write the releases (one flush and one statement per run).

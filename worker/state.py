@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.model import Message, RunView, ToolCall, Usage
-from worker.redact import redact, redact_text
-from worker.walls import Meter
+from tickwork.worker.model import Message, RunView, ToolCall, Usage
+from tickwork.worker.redact import redact, redact_text
+from tickwork.worker.walls import Meter
 
 STATE_VERSION = 1
 

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from worker.model import Message
+from tickwork.worker.model import Message
 
 VERDICTS = ("done", "question", "stalled")
 UNREADABLE = "the judge's verdict could not be read"

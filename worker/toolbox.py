@@ -21,12 +21,12 @@ from uuid import UUID
 from psycopg_pool import AsyncConnectionPool
 from pydantic import ValidationError
 
-from sql.db import PerStatement
-from worker.model import ToolCall, ToolSchema, canonical_name
-from worker.tools import local
-from worker.tools.offload import maybe_offload
-from worker.tools.registry import ToolSpec
-from worker.tools.sandbox import QueryLimits
+from tickwork.sql.db import PerStatement
+from tickwork.worker.model import ToolCall, ToolSchema, canonical_name
+from tickwork.worker.tools import local
+from tickwork.worker.tools.offload import maybe_offload
+from tickwork.worker.tools.registry import ToolSpec
+from tickwork.worker.tools.sandbox import QueryLimits
 
 
 @dataclass

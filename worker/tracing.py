@@ -173,7 +173,7 @@ class _Span:
 
     def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
         if isinstance(exc, Exception):
-            from worker.redact import redact
+            from tickwork.worker.redact import redact
 
             self.note(error=kind.__name__)
             self.failed(redact(f"{kind.__name__}: {exc}"))

@@ -25,9 +25,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from worker.model import ToolCall, canonical_name
-from worker.sql_shape import sql_shape
-from worker.tools.registry import ToolSpec
+from tickwork.worker.model import ToolCall, canonical_name
+from tickwork.worker.sql_shape import sql_shape
+from tickwork.worker.tools.registry import ToolSpec
 
 QUERY_TOOL = "query_file"
 

@@ -7,12 +7,12 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Header
 
-from scheduler.agents import create_agent, delete_agent, get_agent, public_agent, replace_agent
-from scheduler.api.deps import Session, session
-from scheduler.models import AgentIn, RunIn
-from scheduler.pagination import check_limit, decode_cursor, page
-from scheduler.runs import request_hash, start_agent_run
-from sql import QUERIES
+from tickwork.scheduler.agents import create_agent, delete_agent, get_agent, public_agent, replace_agent
+from tickwork.scheduler.api.deps import Session, session
+from tickwork.scheduler.models import AgentIn, RunIn
+from tickwork.scheduler.pagination import check_limit, decode_cursor, page
+from tickwork.scheduler.runs import request_hash, start_agent_run
+from tickwork.sql import QUERIES
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]

@@ -7,13 +7,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.api import (agents_routes, approvals_routes, ops_routes, runs_routes,
+from tickwork.scheduler.api import (agents_routes, approvals_routes, ops_routes, runs_routes,
                            schedules_routes, stats_routes, tokens_routes, viewer,
                            webhooks_routes)
-from scheduler.api.body_guard import BodyGuard
-from scheduler.api.errors import install_error_handlers
-from scheduler.settings import SchedulerSettings
-from sql.db import open_pool
+from tickwork.scheduler.api.body_guard import BodyGuard
+from tickwork.scheduler.api.errors import install_error_handlers
+from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.sql.db import open_pool
 
 MAX_BODY_BYTES = 1024 * 1024
 

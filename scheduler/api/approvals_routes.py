@@ -6,11 +6,11 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Body, Depends, Path
 
-from scheduler.api.deps import Session, session
-from scheduler.approvals import decide, public_approval
-from scheduler.models import DecisionIn
-from scheduler.pagination import check_limit
-from sql import QUERIES
+from tickwork.scheduler.api.deps import Session, session
+from tickwork.scheduler.approvals import decide, public_approval
+from tickwork.scheduler.models import DecisionIn
+from tickwork.scheduler.pagination import check_limit
+from tickwork.sql import QUERIES
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 ApprovalId = Annotated[str, Path(max_length=200, pattern=r"^[0-9a-f-]{36}:[A-Za-z0-9_.:-]{1,150}$")]

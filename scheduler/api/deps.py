@@ -9,14 +9,14 @@ from uuid import UUID
 from fastapi import Depends, Request
 from psycopg import AsyncConnection
 
-from scheduler.settings import SchedulerSettings
-from scheduler.api.revocation import RevocationWatch, until_ended
-from scheduler.api.tenant_scope import AllTenantsPool, TenantConnection
-from scheduler.api.throttle import (AuthThrottle, TooManyFailures, client_address,
+from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.scheduler.api.revocation import RevocationWatch, until_ended
+from tickwork.scheduler.api.tenant_scope import AllTenantsPool, TenantConnection
+from tickwork.scheduler.api.throttle import (AuthThrottle, TooManyFailures, client_address,
                                     parse_networks)
-from scheduler.metrics import app_metrics
-from scheduler.tokens import TOKEN_CACHE, Principal, authenticate, cached_principal
-from sql.errors import Forbidden, Unauthorized
+from tickwork.scheduler.metrics import app_metrics
+from tickwork.scheduler.tokens import TOKEN_CACHE, Principal, authenticate, cached_principal
+from tickwork.sql.errors import Forbidden, Unauthorized
 
 
 @dataclass
@@ -140,7 +140,7 @@ async def token_manager(principal: Principal = Depends(any_principal)) -> Princi
 
 def hub_of(request: Request):
     """The process's one event hub, started on first use (one LISTEN connection per process)."""
-    from scheduler.api.hub import EventHub
+    from tickwork.scheduler.api.hub import EventHub
 
     state = request.app.state
     if getattr(state, "hub", None) is None:

@@ -11,8 +11,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from sql.db import translate_error
-from sql.errors import TickworkError
+from tickwork.sql.db import translate_error
+from tickwork.sql.errors import TickworkError
 
 log = structlog.get_logger()
 

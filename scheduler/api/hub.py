@@ -21,10 +21,10 @@ import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from sql import QUERIES
-from sql.db import connect
-from sql.journal import events_after
-from scheduler.serialize import EVENT_FIELDS, pick
+from tickwork.sql import QUERIES
+from tickwork.sql.db import connect
+from tickwork.sql.journal import events_after
+from tickwork.scheduler.serialize import EVENT_FIELDS, pick
 
 log = structlog.get_logger()
 BUFFER_EVENTS = 2000

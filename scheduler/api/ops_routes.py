@@ -8,15 +8,15 @@ from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from scheduler.api.deps import (Session, operator_principal, pool_of, session,
+from tickwork.scheduler.api.deps import (Session, operator_principal, pool_of, session,
                                 settings_of)
-from scheduler.metrics import app_metrics, read_snapshot, sse_subscribers
-from scheduler.tokens import Principal
-from scheduler.models import TickIn
-from scheduler.serialize import parse_utc
-from scheduler.tick import run_tick
-from sql import QUERIES
-from sql.errors import InvalidInput
+from tickwork.scheduler.metrics import app_metrics, read_snapshot, sse_subscribers
+from tickwork.scheduler.tokens import Principal
+from tickwork.scheduler.models import TickIn
+from tickwork.scheduler.serialize import parse_utc
+from tickwork.scheduler.tick import run_tick
+from tickwork.sql import QUERIES
+from tickwork.sql.errors import InvalidInput
 
 router = APIRouter(tags=["operations"])
 

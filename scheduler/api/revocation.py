@@ -15,7 +15,7 @@ from uuid import UUID
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from sql import QUERIES
+from tickwork.sql import QUERIES
 
 log = structlog.get_logger()
 

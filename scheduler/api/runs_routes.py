@@ -9,17 +9,17 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from scheduler.api.deps import (Session, counted, hub_of, pool_of, principal_only, session,
+from tickwork.scheduler.api.deps import (Session, counted, hub_of, pool_of, principal_only, session,
                                 settings_of)
-from scheduler.pagination import check_limit, decode_cursor, page
-from scheduler.runs import get_run, public_run
-from scheduler.serialize import EVENT_FIELDS, parse_utc, pick, utc_text
-from scheduler.tail import (MAX_SEQ, check_resumable, create_ticket, principal_from_ticket,
+from tickwork.scheduler.pagination import check_limit, decode_cursor, page
+from tickwork.scheduler.runs import get_run, public_run
+from tickwork.scheduler.serialize import EVENT_FIELDS, parse_utc, pick, utc_text
+from tickwork.scheduler.tail import (MAX_SEQ, check_resumable, create_ticket, principal_from_ticket,
                             resume_point, stream)
-from scheduler.tokens import Principal
-from sql import QUERIES
-from sql.errors import Conflict
-from sql.journal import events_after
+from tickwork.scheduler.tokens import Principal
+from tickwork.sql import QUERIES
+from tickwork.sql.errors import Conflict
+from tickwork.sql.journal import events_after
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]

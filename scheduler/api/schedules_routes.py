@@ -8,14 +8,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends
 
-from scheduler.api.agents_routes import IdempotencyKey
-from scheduler.api.deps import Session, session
-from scheduler.models import RunNowIn, ScheduleIn, SchedulePatch
-from scheduler.pagination import check_limit, decode_cursor, page
-from scheduler.runs import request_hash, run_schedule_now
-from scheduler.schedules import (create_schedule, delete_schedule, get_schedule, patch_schedule,
+from tickwork.scheduler.api.agents_routes import IdempotencyKey
+from tickwork.scheduler.api.deps import Session, session
+from tickwork.scheduler.models import RunNowIn, ScheduleIn, SchedulePatch
+from tickwork.scheduler.pagination import check_limit, decode_cursor, page
+from tickwork.scheduler.runs import request_hash, run_schedule_now
+from tickwork.scheduler.schedules import (create_schedule, delete_schedule, get_schedule, patch_schedule,
                                  public_schedule, schedule_history)
-from sql import QUERIES
+from tickwork.sql import QUERIES
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 

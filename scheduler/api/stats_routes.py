@@ -7,9 +7,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from scheduler.api.deps import Session, session
-from scheduler.serialize import utc_text
-from sql import QUERIES
+from tickwork.scheduler.api.deps import Session, session
+from tickwork.scheduler.serialize import utc_text
+from tickwork.sql import QUERIES
 
 router = APIRouter(prefix="/v1/stats", tags=["stats"])
 

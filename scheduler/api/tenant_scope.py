@@ -19,7 +19,7 @@ from psycopg import AsyncClientCursor, AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
-from sql import QUERIES
+from tickwork.sql import QUERIES
 
 
 class TenantConnection:

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from typing import Iterable
 
-from sql.errors import TickworkError
+from tickwork.sql.errors import TickworkError
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

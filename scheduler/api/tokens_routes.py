@@ -6,8 +6,8 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends, Request
 
-from scheduler.api.deps import pool_of, token_manager
-from scheduler.tokens import Principal, list_tokens, public_token, revoke_token
+from tickwork.scheduler.api.deps import pool_of, token_manager
+from tickwork.scheduler.tokens import Principal, list_tokens, public_token, revoke_token
 
 router = APIRouter(prefix="/v1/tokens", tags=["tokens"])
 

@@ -6,9 +6,9 @@ from uuid import UUID
 
 from fastapi import APIRouter, Depends
 
-from scheduler.api.deps import Session, session
-from scheduler.pagination import check_limit
-from scheduler.webhooks import (WebhookIn, create_webhook, delete_webhook, list_deliveries,
+from tickwork.scheduler.api.deps import Session, session
+from tickwork.scheduler.pagination import check_limit
+from tickwork.scheduler.webhooks import (WebhookIn, create_webhook, delete_webhook, list_deliveries,
                                 list_webhooks)
 
 router = APIRouter(prefix="/v1/webhooks", tags=["webhooks"])

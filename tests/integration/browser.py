@@ -55,7 +55,7 @@ class LiveServer:
 
 @asynccontextmanager
 async def serving(app) -> AsyncIterator[LiveServer]:
-    from scheduler.api.app import stop_hub
+    from tickwork.scheduler.api.app import stop_hub
 
     server = LiveServer(app)
     await server.start()

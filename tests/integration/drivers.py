@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
-from scheduler.serialize import utc_text
+from tickwork.scheduler.serialize import utc_text
 
 ROOT = Path(__file__).resolve().parents[2]
 

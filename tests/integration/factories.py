@@ -8,7 +8,7 @@ from uuid import UUID
 
 import psycopg
 
-from sql.ids import new_id
+from tickwork.sql.ids import new_id
 
 
 def make_tenant(conn: psycopg.Connection, name: str | None = None) -> UUID:

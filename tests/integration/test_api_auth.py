@@ -14,8 +14,8 @@ import secrets
 
 import pytest
 
-from scheduler.api.app import create_app
-from scheduler.settings import SchedulerSettings
+from tickwork.scheduler.api.app import create_app
+from tickwork.scheduler.settings import SchedulerSettings
 
 from tests.integration.api_checks import fingerprint, check_every_response
 
@@ -99,7 +99,7 @@ def wrong_but_well_formed_token() -> str:
 
 
 async def revoked_token(pool) -> str:
-    from scheduler.tokens import create_token
+    from tickwork.scheduler.tokens import create_token
 
     async with pool.connection() as conn:
         token = await create_token(conn, tenant="acme", admin=True)
@@ -109,7 +109,7 @@ async def revoked_token(pool) -> str:
 
 
 async def expired_token(pool) -> str:
-    from scheduler.tokens import create_token
+    from tickwork.scheduler.tokens import create_token
 
     async with pool.connection() as conn:
         token = await create_token(conn, tenant="acme", admin=True, expires_seconds=3600)

@@ -30,10 +30,10 @@ LIMIT = 1024 * 1024
 
 @pytest.fixture(scope="module")
 async def world(pg_server_url, template_db):
-    from scheduler.api.app import create_app
-    from scheduler.settings import SchedulerSettings
-    from scheduler.tokens import create_token
-    from sql.db import open_pool
+    from tickwork.scheduler.api.app import create_app
+    from tickwork.scheduler.settings import SchedulerSettings
+    from tickwork.scheduler.tokens import create_token
+    from tickwork.sql.db import open_pool
 
     name = f"tickwork_badinput_{os.getpid()}"
     with psycopg.connect(pg_server_url, autocommit=True) as admin:
@@ -208,8 +208,8 @@ async def test_a_tick_time_in_utc_with_a_z_is_accepted_in_test_mode(world):
 
 
 async def test_a_tick_time_outside_test_mode_is_422_test_mode_only(world):
-    from scheduler.api.app import create_app
-    from scheduler.settings import SchedulerSettings
+    from tickwork.scheduler.api.app import create_app
+    from tickwork.scheduler.settings import SchedulerSettings
 
     production = create_app(SchedulerSettings(test_mode=False), pool=world.pool)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=production),

@@ -29,7 +29,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import (content_type_conformance, not_a_server_error,
                                  response_schema_conformance, status_code_conformance)
 
-from scheduler.api.app import create_app
+from tickwork.scheduler.api.app import create_app
 
 BASE_URL = "http://tickwork.test"
 # Per operation and generation mode: 50 makes ~2,200 requests (the smoke tier's 2,000), about

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import psycopg
 
-from scheduler.serialize import utc_text
+from tickwork.scheduler.serialize import utc_text
 from tests.integration.api_checks import assert_error
 
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import uvicorn
 
-from scheduler.api.app import create_app, stop_hub
+from tickwork.scheduler.api.app import create_app, stop_hub
 from tests.integration.drivers import ROOT
 from tests.integration.test_worker_runs import events, make_agent, start_run
 from tests.integration.workers import running_worker

@@ -11,10 +11,10 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
-from scheduler.tick import run_tick
-from sql.db import connect_kwargs, open_pool
+from tickwork.scheduler.tick import run_tick
+from tickwork.sql.db import connect_kwargs, open_pool
 from tests.integration.workers import scalar
-from worker.claim import claim_queued_runs
+from tickwork.worker.claim import claim_queued_runs
 
 
 def terminate_backends(db_url: str, application_name: str) -> int:

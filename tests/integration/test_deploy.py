@@ -110,7 +110,7 @@ async def test_a_released_resumed_run_keeps_its_decision_and_never_sends_twice(a
 
 async def test_the_worker_role_may_release_a_run_and_queue_its_retry(api, granted, db_url):
     """Deployed with least-privilege roles (sql/grants.sql), the release still lands."""
-    from sql.db import open_pool
+    from tickwork.sql.db import open_pool
 
     run_id = await start_run(api, await agent(api, ["demo.get_record"]),
                              {"script": [{"sleep": 30}, {"text": "Finished."}]})

@@ -7,9 +7,9 @@ import psycopg
 import psycopg.rows
 import pytest
 
-from scheduler.dispatcher import dispatch_due, dispatch_once
-from scheduler.tick import run_tick
-from sql.db import connect
+from tickwork.scheduler.dispatcher import dispatch_due, dispatch_once
+from tickwork.scheduler.tick import run_tick
+from tickwork.sql.db import connect
 from tests.integration.factories import count, make_agent, make_schedules, make_tenant, many_agents
 
 UTC = timezone.utc
@@ -195,10 +195,10 @@ async def test_the_tick_reads_only_due_schedules_whatever_the_number_not_due(db_
     """Work per tick must not grow with schedules that are not due: both statements of a batch
     reach schedules through an index, and the due scan reads exactly the due rows from the
     partial index on next_run, with 20,000 schedules due later and 3 due now."""
-    from scheduler.dispatcher import _due, batch_params
-    from scheduler.planner import CronCache, plan_fire
-    from sql import QUERIES
-    from sql.ids import new_id
+    from tickwork.scheduler.dispatcher import _due, batch_params
+    from tickwork.scheduler.planner import CronCache, plan_fire
+    from tickwork.sql import QUERIES
+    from tickwork.sql.ids import new_id
 
     due_ids = every_minute_schedules(db_url, 3)
     with psycopg.connect(db_url) as conn:

@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sql.embedded import (PASSWORD_FILE, EmbeddedPostgres, EmbeddedPostgresError,
+from tickwork.sql.embedded import (PASSWORD_FILE, EmbeddedPostgres, EmbeddedPostgresError,
                           default_data_root, start_embedded)
 
 IS_ROOT = os.geteuid() == 0

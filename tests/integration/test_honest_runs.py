@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 
-from scheduler.sweep import sweep_stale
+from tickwork.scheduler.sweep import sweep_stale
 from tests.integration.test_worker_runs import events, make_agent, start_run
 from tests.integration.workers import WorkerProcess, running_worker, scalar, until
 

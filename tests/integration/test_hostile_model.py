@@ -11,17 +11,17 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from sql.finisher import Finisher
+from tickwork.sql.finisher import Finisher
 from tests.hostile_history import history_problem, message_chars
 from tests.hostile_model import (HostileModel, call, context_too_long, reply, server_error,
                                  silence, too_many_requests)
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import scalar, until
-from worker.handler import RunDeps
-from worker.providers.routing import ProviderSettings, build_router
-from worker.runner import Worker
-from worker.settings import WorkerSettings
-from worker.tools.registry import catalog
+from tickwork.worker.handler import RunDeps
+from tickwork.worker.providers.routing import ProviderSettings, build_router
+from tickwork.worker.runner import Worker
+from tickwork.worker.settings import WorkerSettings
+from tickwork.worker.tools.registry import catalog
 
 SEND = "demo.send_message"
 URL_SAFE = re.compile(r"[A-Za-z0-9._~:-]{1,100}")

@@ -7,12 +7,12 @@ import asyncio
 
 import psycopg
 
-from sql.db import open_pool
+from tickwork.sql.db import open_pool
 from tests.integration.factories import make_agent, make_tenant
 from tests.integration.workers import run_deps, scalar, until
-from worker.providers.routing import ProviderSettings, build_router
-from worker.runner import Worker
-from worker.tools.registry import ToolSpec, arguments_model
+from tickwork.worker.providers.routing import ProviderSettings, build_router
+from tickwork.worker.runner import Worker
+from tickwork.worker.tools.registry import ToolSpec, arguments_model
 
 RUNS = 12
 WAIT_TOOL = "test.wait_for_all"

@@ -11,8 +11,8 @@ import httpx
 import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler.api.app import create_app
-from sql.ids import new_id
+from tickwork.scheduler.api.app import create_app
+from tickwork.sql.ids import new_id
 
 DB_GAUGES = ["tickwork_queue_depth", "tickwork_queue_oldest_age_seconds",
              "tickwork_approvals_pending", "tickwork_due_lag_seconds_max",
@@ -214,7 +214,7 @@ async def test_metrics_span_every_tenant_so_a_tenant_token_even_an_admin_gets_40
 async def test_sse_subscribers_count_the_streams_the_hub_holds_open(api, pool, db_url):
     from uuid import UUID
 
-    from scheduler.api.hub import EventHub
+    from tickwork.scheduler.api.hub import EventHub
 
     app = api._transport.app
     app.state.hub = EventHub(pool, db_url)  # started lazily by the first stream; not needed here
@@ -230,7 +230,7 @@ async def test_two_apps_in_one_process_scrape_without_clashing(api, pool, settin
     import contextlib
     from uuid import UUID
 
-    from scheduler.api.hub import EventHub
+    from tickwork.scheduler.api.hub import EventHub
 
     other = create_app(settings, pool=pool)
     other.state.hub = EventHub(pool, db_url)

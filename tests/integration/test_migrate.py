@@ -5,7 +5,7 @@ import sys
 
 import psycopg
 
-from sql.migrate import list_migrations, migrate
+from tickwork.sql.migrate import list_migrations, migrate
 from tests.conftest import admin_execute, database_url
 from tests.integration.drivers import ROOT
 
@@ -15,7 +15,7 @@ def test_two_processes_migrating_at_once_apply_each_migration_exactly_once(pg_se
     admin_execute(pg_server_url, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     admin_execute(pg_server_url, f"CREATE DATABASE {name}")
     url = database_url(pg_server_url, name)
-    script = "import sys; from sql.migrate import migrate; print(len(migrate(sys.argv[1])))"
+    script = "import sys; from tickwork.sql.migrate import migrate; print(len(migrate(sys.argv[1])))"
     runners = [subprocess.Popen([sys.executable, "-c", script, url], cwd=ROOT,
                                 stdout=subprocess.PIPE, text=True) for _ in range(3)]
     applied = [int(r.communicate(timeout=120)[0].strip().splitlines()[-1]) for r in runners]

@@ -9,10 +9,10 @@ from uuid import UUID
 import pytest
 from psycopg.pq import TransactionStatus
 
-from sql.ids import new_id
-from worker.tools.local import ToolInputError, query_file, read_file
-from worker.tools.offload import HINT, maybe_offload, render_result, storable
-from worker.vendors.demo import get_record, list_records
+from tickwork.sql.ids import new_id
+from tickwork.worker.tools.local import ToolInputError, query_file, read_file
+from tickwork.worker.tools.offload import HINT, maybe_offload, render_result, storable
+from tickwork.worker.vendors.demo import get_record, list_records
 
 
 @dataclass

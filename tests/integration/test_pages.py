@@ -8,8 +8,8 @@ from html.parser import HTMLParser
 
 import httpx
 
-from scheduler.api.app import create_app
-from scheduler.api.viewer import STATIC
+from tickwork.scheduler.api.app import create_app
+from tickwork.scheduler.api.viewer import STATIC
 
 BARE = {"Authorization": ""}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.api.app import create_app
+from tickwork.scheduler.api.app import create_app
 from tests.integration.browser import chromium_page, serving
 from tests.integration.test_worker_runs import start_run
 from tests.integration.workers import running_worker, until

@@ -15,17 +15,17 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from scheduler.runs import start_agent_run
-from scheduler.tokens import Principal
-from sql.db import connect
-from sql.ids import new_id
+from tickwork.scheduler.runs import start_agent_run
+from tickwork.scheduler.tokens import Principal
+from tickwork.sql.db import connect
+from tickwork.sql.ids import new_id
 from tests.integration.factories import make_agent, make_tenant
 from tests.integration.workers import WorkerProcess, run_deps, scalar, until
-from worker.runner import Worker
-from worker.tools.local import ToolInputError, query_file
-from worker.tools.offload import maybe_offload, render_result
-from worker.tools.sandbox import CHILD, QueryLimits, run_query
-from worker.tools.sqlbox import QueryError
+from tickwork.worker.runner import Worker
+from tickwork.worker.tools.local import ToolInputError, query_file
+from tickwork.worker.tools.offload import maybe_offload, render_result
+from tickwork.worker.tools.sandbox import CHILD, QueryLimits, run_query
+from tickwork.worker.tools.sqlbox import QueryError
 
 RECORDS = [{"id": i, "title": f"Record {i}", "category": ["invoice", "ticket"][i % 2]}
            for i in range(1, 501)]

@@ -21,12 +21,12 @@ import pytest
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import until
 from tests.realmodel_server import realmodel_available, running_server
-from sql.finisher import Finisher
-from worker.handler import RunDeps
-from worker.providers.routing import ProviderSettings, build_router
-from worker.runner import Worker
-from worker.settings import WorkerSettings
-from worker.tools.registry import catalog
+from tickwork.sql.finisher import Finisher
+from tickwork.worker.handler import RunDeps
+from tickwork.worker.providers.routing import ProviderSettings, build_router
+from tickwork.worker.runner import Worker
+from tickwork.worker.settings import WorkerSettings
+from tickwork.worker.tools.registry import catalog
 
 # A run of a few model turns on 2 shared cores can take minutes (the suite's default is 300 s).
 pytestmark = [pytest.mark.realmodel, pytest.mark.timeout(900)]

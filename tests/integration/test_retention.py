@@ -4,8 +4,8 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 
-from scheduler.retention import trim_retention
-from sql.ids import new_id
+from tickwork.scheduler.retention import trim_retention
+from tickwork.sql.ids import new_id
 from tests.integration.factories import count, make_agent, make_tenant
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -212,7 +212,7 @@ async def test_a_spent_budget_stops_after_one_batch_and_the_next_tick_carries_on
 
 
 async def test_the_http_ticks_retention_door_also_takes_batch_after_batch(db_url, pool, settings):
-    from scheduler.retention import upkeep_on_database_clock
+    from tickwork.scheduler.retention import upkeep_on_database_clock
 
     settings.retention_batch_size = 10
     settings.retention_days = 7
@@ -262,7 +262,7 @@ def test_bad_retention_settings_are_refused_with_one_sentence():
     import pytest
     from pydantic import ValidationError
 
-    from scheduler.settings import SchedulerSettings
+    from tickwork.scheduler.settings import SchedulerSettings
 
     for field, value, message in [
             ("retention_batch_size", 0, "retention batch size must be between 1 and 10000, not 0"),

@@ -12,11 +12,11 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
-from scheduler.api.app import create_app, stop_hub
-from scheduler.tick import run_tick
-from sql.db import open_pool
-from sql.migrate import apply_grants
-from sql.ids import new_id
+from tickwork.scheduler.api.app import create_app, stop_hub
+from tickwork.scheduler.tick import run_tick
+from tickwork.sql.db import open_pool
+from tickwork.sql.migrate import apply_grants
+from tickwork.sql.ids import new_id
 from tests.integration.factories import make_agent, make_tenant
 from tests.integration.test_worker_runs import events
 from tests.integration.workers import running_worker, scalar, until
@@ -132,8 +132,8 @@ def test_the_roles_own_nothing_and_cannot_pass_row_security(granted, db_url):
 
 
 def test_the_worker_role_publishes_its_tools_but_cannot_rename_or_drop_them(granted, db_url):
-    from worker.tools.publish import publish_catalog
-    from worker.tools.registry import catalog
+    from tickwork.worker.tools.publish import publish_catalog
+    from tickwork.worker.tools.registry import catalog
 
     specs = catalog()
     added = dataclasses.replace(specs[0], key="demo.newer_tool", description="shipped later")

@@ -8,11 +8,11 @@ import httpx
 import psycopg
 import pytest
 
-from scheduler.api.app import create_app, stop_hub
-from scheduler.api.tenant_scope import TenantConnection
-from sql import QUERIES
-from sql.db import connect, open_pool
-from sql.ids import new_id
+from tickwork.scheduler.api.app import create_app, stop_hub
+from tickwork.scheduler.api.tenant_scope import TenantConnection
+from tickwork.sql import QUERIES
+from tickwork.sql.db import connect, open_pool
+from tickwork.sql.ids import new_id
 from tests.integration.factories import make_agent, make_tenant
 from tests.integration.test_roles import granted  # noqa: F401  (the fixture)
 

@@ -12,17 +12,17 @@ import httpx
 import psycopg
 import pytest
 
-from scheduler.api.app import create_app, stop_hub
-from scheduler.tick import run_tick
-from sql.db import open_pool
-from sql.finisher import Finisher
-from sql.journal import RunJournal
+from tickwork.scheduler.api.app import create_app, stop_hub
+from tickwork.scheduler.tick import run_tick
+from tickwork.sql.db import open_pool
+from tickwork.sql.finisher import Finisher
+from tickwork.sql.journal import RunJournal
 from tests.integration.api_checks import assert_error, fingerprint
 from tests.integration.test_honest_runs import paused_run
 from tests.integration.test_roles import granted  # noqa: F401  (fixture)
 from tests.integration.test_worker_runs import events
 from tests.integration.workers import running_worker, scalar, until
-from worker.claim import claim_queued_runs, claim_resume
+from tickwork.worker.claim import claim_queued_runs, claim_resume
 
 ZERO = {"input_tokens": 0, "output_tokens": 0, "model_calls": 0}
 

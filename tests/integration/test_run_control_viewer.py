@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.async_api import expect  # the test extra installs it
 
-from scheduler.api.app import create_app
+from tickwork.scheduler.api.app import create_app
 from tests.integration.browser import chromium_page, screenshot, serving
 from tests.integration.test_run_control import start_by_hand, terminal
 

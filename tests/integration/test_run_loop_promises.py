@@ -16,11 +16,11 @@ import psycopg
 from tests.integration.test_honest_runs import done, of_type, suspended
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import run_deps, scalar, until
-from worker.model import ContextTooLong, Reply, Usage
-from worker.providers.scripted import ScriptedProvider
-from worker.runner import Worker
-from worker.stop_gate import EMPTY_REPLY
-from worker.tools.registry import ToolSpec, arguments_model, parameters_schema
+from tickwork.worker.model import ContextTooLong, Reply, Usage
+from tickwork.worker.providers.scripted import ScriptedProvider
+from tickwork.worker.runner import Worker
+from tickwork.worker.stop_gate import EMPTY_REPLY
+from tickwork.worker.tools.registry import ToolSpec, arguments_model, parameters_schema
 
 
 class Recording:

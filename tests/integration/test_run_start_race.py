@@ -9,9 +9,9 @@ import asyncio
 import psycopg
 from psycopg.types.json import Jsonb
 
-from scheduler.runs import request_hash
-from sql import QUERIES
-from sql.ids import new_id
+from tickwork.scheduler.runs import request_hash
+from tickwork.sql import QUERIES
+from tickwork.sql.ids import new_id
 
 LOCK_WAITERS = """
 SELECT count(*) FROM pg_stat_activity

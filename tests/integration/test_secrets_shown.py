@@ -164,7 +164,7 @@ async def test_a_second_pause_in_the_same_run_saves_the_answered_call_redacted(a
 
 async def test_the_migration_forgets_states_left_by_earlier_resumes_and_keeps_waiting_ones(
         api, pool, db_url):
-    from sql.migrate import MIGRATIONS_DIR
+    from tickwork.sql.migrate import MIGRATIONS_DIR
 
     finished = await waiting_send(api, pool, db_url, "first")
     await api.post(f"/v1/approvals/{(await api.get('/v1/approvals')).json()['items'][0]['id']}"

@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from scheduler.sweep import sweep_once, sweep_stale
-from scheduler.tick import run_tick
-from sql.db import connect
+from tickwork.scheduler.sweep import sweep_once, sweep_stale
+from tickwork.scheduler.tick import run_tick
+from tickwork.sql.db import connect
 from tests.integration.factories import make_agent, make_schedules, make_tenant
 
 UTC = timezone.utc

@@ -160,7 +160,7 @@ async def test_a_lost_listen_connection_is_replaced_and_nothing_is_skipped(api, 
 async def test_a_poll_and_a_notification_refreshing_together_never_duplicate_events(api, pool, db_url):
     from uuid import UUID
 
-    from scheduler.api.hub import EventHub
+    from tickwork.scheduler.api.hub import EventHub
 
     run_id = await start_run(api, await make_agent(api, []), {"script": [{"text": "ok"}]})
     async with running_worker(pool, db_url):

@@ -7,9 +7,9 @@ import httpx
 import pydantic
 import pytest
 
-from scheduler.api.app import create_app
-from scheduler.api.throttle import AuthThrottle, TooManyFailures, client_address, parse_networks
-from scheduler.settings import SchedulerSettings
+from tickwork.scheduler.api.app import create_app
+from tickwork.scheduler.api.throttle import AuthThrottle, TooManyFailures, client_address, parse_networks
+from tickwork.scheduler.settings import SchedulerSettings
 
 WRONG = "tw_" + "A" * 43
 

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 from croniter import croniter
 
-from sql.ids import new_id
+from tickwork.sql.ids import new_id
 from tests.integration.drivers import Driver, tick_all
 from tests.integration.factories import count, make_tenant
 

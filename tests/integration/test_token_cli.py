@@ -16,9 +16,9 @@ import httpx
 import psycopg
 import pytest
 
-from scheduler.api.app import create_app, stop_hub
-from scheduler.settings import SchedulerSettings
-from sql.db import open_pool
+from tickwork.scheduler.api.app import create_app, stop_hub
+from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.sql.db import open_pool
 from tests.integration.drivers import ROOT
 from tests.integration.test_roles import granted  # noqa: F401 (a fixture)
 from tickwork.local import TOKEN_FILE, local_admin_token

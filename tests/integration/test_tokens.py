@@ -8,7 +8,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from scheduler.tokens import TOKEN_CACHE, create_token
+from tickwork.scheduler.tokens import TOKEN_CACHE, create_token
 from tests.integration.api_checks import fingerprint
 
 
@@ -202,7 +202,7 @@ async def test_a_stream_ticket_dies_with_the_token_that_minted_it(api, pool, db_
 async def test_the_stored_digest_is_compared_in_constant_time(api, pool, monkeypatch):
     import hmac
 
-    import scheduler.tokens
+    from tickwork.scheduler import tokens
 
     seen, real = [], hmac.compare_digest
 
@@ -210,11 +210,11 @@ async def test_the_stored_digest_is_compared_in_constant_time(api, pool, monkeyp
         seen.append((bytes(a), bytes(b)))
         return real(a, b)
 
-    monkeypatch.setattr(scheduler.tokens.hmac, "compare_digest", spy)
+    monkeypatch.setattr(tokens.hmac, "compare_digest", spy)
     token = await new_token(pool, tenant="acme")
 
     assert (await api.get("/v1/agents", headers=bearer(token))).status_code == 200
-    assert seen == [(scheduler.tokens.hash_token(token), scheduler.tokens.hash_token(token))]
+    assert seen == [(tokens.hash_token(token), tokens.hash_token(token))]
 
 
 @pytest.mark.parametrize("opened_with", ["token", "ticket"])
@@ -246,7 +246,7 @@ async def test_the_watch_ends_only_the_tails_of_the_token_that_ended(pool, db_ur
     one's tails."""
     import asyncio
 
-    from scheduler.api.revocation import RevocationWatch
+    from tickwork.scheduler.api.revocation import RevocationWatch
 
     kept, revoked = await new_token(pool, tenant="acme"), await new_token(pool, tenant="acme")
     kept_id, revoked_id = (token_row(db_url, t, "id")["id"] for t in (kept, revoked))

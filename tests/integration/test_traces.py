@@ -10,13 +10,13 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from scheduler.dispatcher import dispatch_due
-from scheduler.serialize import parse_utc
+from tickwork.scheduler.dispatcher import dispatch_due
+from tickwork.scheduler.serialize import parse_utc
 from tests.integration.test_honest_runs import done, paused_run
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.webhook_receiver import Receiver
 from tests.integration.workers import WorkerProcess, running_worker, scalar, until
-from worker import tracing
+from tickwork.worker import tracing
 
 ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}  # never dialled: in-memory
 USAGE = {"input_tokens": 30, "output_tokens": 7}

@@ -9,7 +9,7 @@ import re
 import httpx
 import pytest
 
-from scheduler.api.app import create_app
+from tickwork.scheduler.api.app import create_app
 from tests.integration.browser import chromium_page, screenshot, serving
 from tests.integration.test_worker_runs import events, make_agent, start_run
 from tests.integration.workers import running_worker, scalar, until

@@ -10,9 +10,9 @@ import psycopg
 import pytest
 from playwright.async_api import expect  # the test extra installs it
 
-from scheduler.api.app import create_app
-from scheduler.serialize import utc_text
-from scheduler.tick import run_tick
+from tickwork.scheduler.api.app import create_app
+from tickwork.scheduler.serialize import utc_text
+from tickwork.scheduler.tick import run_tick
 from tests.integration.browser import chromium_page, screenshot, serving
 from tests.integration.test_run_control import start_by_hand
 from tests.integration.workers import scalar

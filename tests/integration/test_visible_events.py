@@ -14,14 +14,14 @@ from uuid import UUID
 
 import pytest
 
-from scheduler.sweep import sweep_stale
-from sql.journal import RunFenced, RunJournal
+from tickwork.scheduler.sweep import sweep_stale
+from tickwork.sql.journal import RunFenced, RunJournal
 from tests.integration.test_worker_runs import events, make_agent, start_run
 from tests.integration.workers import run_deps, scalar, until
-from worker.claim import claim_queued_runs
-from worker.providers.routing import ProviderSettings, build_router
-from worker.runner import Worker
-from worker.tools.registry import ToolSpec, arguments_model
+from tickwork.worker.claim import claim_queued_runs
+from tickwork.worker.providers.routing import ProviderSettings, build_router
+from tickwork.worker.runner import Worker
+from tickwork.worker.tools.registry import ToolSpec, arguments_model
 
 SLOW_TOOL = "slowvendor.wait"
 

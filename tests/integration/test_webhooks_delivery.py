@@ -15,9 +15,9 @@ from tests.integration.test_worker_runs import start_run
 from tests.integration.test_webhooks_events import ALL, agent
 from tests.integration.webhook_receiver import Receiver
 from tests.integration.workers import WorkerProcess, running_worker, scalar, until
-from worker.webhooks.deliverer import Deliverer
-from worker.webhooks.policy import HORIZON_SECONDS
-from worker.webhooks.settings import WebhookSettings
+from tickwork.worker.webhooks.deliverer import Deliverer
+from tickwork.worker.webhooks.policy import HORIZON_SECONDS
+from tickwork.worker.webhooks.settings import WebhookSettings
 
 
 @pytest.fixture
@@ -192,7 +192,7 @@ async def test_a_receiver_that_hangs_does_not_hold_up_runs(api, db_url):
 
 async def test_finished_deliveries_leave_the_log_after_the_keep_days_pending_ones_stay(
         api, pool, db_url, deliverer):
-    from sql import QUERIES
+    from tickwork.sql import QUERIES
 
     with Receiver(answers=(500,)) as receiver:
         await add_hook(api, receiver.url, ["run.cancelled"])

@@ -7,11 +7,11 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 
-from scheduler.sweep import sweep_stale
+from tickwork.scheduler.sweep import sweep_stale
 from tests.integration.test_honest_runs import done, paused_run
 from tests.integration.test_worker_runs import start_run
 from tests.integration.workers import running_worker, scalar, until
-from worker.claim import claim_queued_runs
+from tickwork.worker.claim import claim_queued_runs
 
 ALL = ["approval.required", "run.failed", "run.completed", "run.cancelled"]
 

@@ -11,18 +11,18 @@ import httpx
 import psycopg
 import pytest
 
-from scheduler.api.app import create_app, stop_hub
-from scheduler.sweep import sweep_stale
-from sql.db import open_pool
+from tickwork.scheduler.api.app import create_app, stop_hub
+from tickwork.scheduler.sweep import sweep_stale
+from tickwork.sql.db import open_pool
 from tests.integration.test_honest_runs import done
 from tests.integration.test_roles import granted  # noqa: F401  (fixture)
 from tests.integration.test_webhooks_events import ALL, agent
 from tests.integration.test_worker_runs import start_run
 from tests.integration.webhook_receiver import Receiver
 from tests.integration.workers import running_worker, scalar, until
-from worker.claim import claim_queued_runs
-from worker.webhooks.deliverer import Deliverer
-from worker.webhooks.settings import WebhookSettings
+from tickwork.worker.claim import claim_queued_runs
+from tickwork.worker.webhooks.deliverer import Deliverer
+from tickwork.worker.webhooks.settings import WebhookSettings
 
 
 async def test_every_role_queues_its_events_and_the_worker_role_delivers_them(

@@ -11,14 +11,14 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from scheduler.runs import start_agent_run
-from scheduler.sweep import sweep_stale
-from scheduler.tokens import Principal
-from sql.db import connect
-from sql.migrate import migrate
+from tickwork.scheduler.runs import start_agent_run
+from tickwork.scheduler.sweep import sweep_stale
+from tickwork.scheduler.tokens import Principal
+from tickwork.sql.db import connect
+from tickwork.sql.migrate import migrate
 from tests.integration.factories import make_agent, make_tenant
 from tests.integration.workers import WorkerProcess, scalar, until
-from worker.tools.publish import publish_catalog
+from tickwork.worker.tools.publish import publish_catalog
 
 
 def agent_with_tools(db_url: str, tools: list[str], auto_approve: list[str]) -> Principal:
@@ -175,7 +175,7 @@ async def test_a_run_past_its_deadline_is_stopped_by_its_worker_and_retried_once
 async def test_runs_survive_a_postgres_restart_without_loss_or_repeats():
     root = Path(tempfile.mkdtemp(prefix="tickwork-restart-", dir="/tmp"))
     root.chmod(0o755)  # our own folder: the unprivileged server user must traverse it
-    from sql.embedded import start_embedded
+    from tickwork.sql.embedded import start_embedded
 
     server = start_embedded(root)
     try:

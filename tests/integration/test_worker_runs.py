@@ -9,11 +9,11 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import structlog
 
-from scheduler.sweep import sweep_stale
-from sql import failpoints
-from sql.db import open_pool
+from tickwork.scheduler.sweep import sweep_stale
+from tickwork.sql import failpoints
+from tickwork.sql.db import open_pool
 from tickwork.logs import configure_logging
-from worker.claim import claim_queued_runs
+from tickwork.worker.claim import claim_queued_runs
 from tests.integration.workers import running_worker, scalar, until
 
 DEMO_TOOLS = ["demo.get_record", "demo.list_records", "demo.search_records", "query_file",

@@ -11,10 +11,10 @@ import sys
 
 import structlog
 
-from scheduler.serialize import parse_utc
-from scheduler.settings import SchedulerSettings
-from scheduler.tick import run_tick
-from sql.db import open_pool
+from tickwork.scheduler.serialize import parse_utc
+from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.scheduler.tick import run_tick
+from tickwork.sql.db import open_pool
 
 
 async def main(url: str) -> None:

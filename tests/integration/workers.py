@@ -12,14 +12,14 @@ from contextlib import asynccontextmanager
 
 import psycopg
 
-from sql.db import connect
-from sql.finisher import Finisher
+from tickwork.sql.db import connect
+from tickwork.sql.finisher import Finisher
 from tests.integration.drivers import ROOT
-from worker.handler import RunDeps
-from worker.providers.routing import ProviderSettings, build_router
-from worker.runner import Worker
-from worker.settings import WorkerSettings
-from worker.tools.registry import catalog
+from tickwork.worker.handler import RunDeps
+from tickwork.worker.providers.routing import ProviderSettings, build_router
+from tickwork.worker.runner import Worker
+from tickwork.worker.settings import WorkerSettings
+from tickwork.worker.tools.registry import catalog
 
 
 def run_deps(pool, **settings) -> RunDeps:

@@ -1,8 +1,8 @@
 """Which calls wait for a person: deny by default, the tool's own rule, the operator's list."""
 
-from worker.calls import CallPolicy, needs_approval
-from worker.tools.registry import ToolSpec
-from worker.walls import WallSettings
+from tickwork.worker.calls import CallPolicy, needs_approval
+from tickwork.worker.tools.registry import ToolSpec
+from tickwork.worker.walls import WallSettings
 
 
 def policy(*auto_approve: str) -> CallPolicy:

@@ -2,8 +2,8 @@
 
 import json
 
-from worker.context import mask_stub, masked_count, masked_for_model
-from worker.model import Message, ToolCall
+from tickwork.worker.context import mask_stub, masked_count, masked_for_model
+from tickwork.worker.model import Message, ToolCall
 
 BIG = json.dumps({"records": [{"id": i, "title": f"Record {i}"} for i in range(40)]})
 REF = "f_" + "0123456789abcdef" * 2

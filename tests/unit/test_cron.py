@@ -2,8 +2,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from scheduler import cron
-from sql.errors import InvalidInput
+from tickwork.scheduler import cron
+from tickwork.sql.errors import InvalidInput
 
 UTC = timezone.utc
 

@@ -2,8 +2,8 @@
 
 import re
 
-from worker.calls import harness_named
-from worker.model import Message, ToolCall
+from tickwork.worker.calls import harness_named
+from tickwork.worker.model import Message, ToolCall
 
 
 def test_calls_are_named_from_the_step_and_their_index_whatever_ids_the_model_gave():

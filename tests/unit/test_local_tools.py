@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from worker.tools.local import ToolInputError, task_complete, text_slice, update_plan
-from worker.tools.offload import render_result
-from worker.tools.sqlbox import Box, QueryError, length_limit_for, query_rows
+from tickwork.worker.tools.local import ToolInputError, task_complete, text_slice, update_plan
+from tickwork.worker.tools.offload import render_result
+from tickwork.worker.tools.sqlbox import Box, QueryError, length_limit_for, query_rows
 
 RECORDS = [{"id": i, "title": f"Record {i}", "category": ["invoice", "ticket"][i % 2]}
            for i in range(1, 301)]

@@ -10,7 +10,7 @@ from croniter import croniter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.localtime import (
+from tickwork.scheduler.localtime import (
     Conversion,
     Display,
     LocalTimeError,

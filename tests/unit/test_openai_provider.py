@@ -9,8 +9,8 @@ import pytest
 
 from tests.hostile_model import (Answer, HostileModel, call, failure, reply, server_error,
                                  silence, too_many_requests)
-from worker.model import ContextTooLong, Message, Reply, RunView, ToolCall, ToolSchema, Usage
-from worker.providers import (DEFAULT_MODELS, OpenAIProvider, ProviderError, ProviderSettings,
+from tickwork.worker.model import ContextTooLong, Message, Reply, RunView, ToolCall, ToolSchema, Usage
+from tickwork.worker.providers import (DEFAULT_MODELS, OpenAIProvider, ProviderError, ProviderSettings,
                               Route, ScriptedProvider, build_router, parse_models)
 
 KEY = "sk-test-SECRET-0123456789"

@@ -2,7 +2,7 @@ from datetime import datetime, timedelta, timezone
 from itertools import count
 from uuid import UUID
 
-from scheduler.planner import CronCache, DueSchedule, plan_fire
+from tickwork.scheduler.planner import CronCache, DueSchedule, plan_fire
 
 UTC = timezone.utc
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sql.db import DatabaseSettings, pool_sizes
-from worker.settings import WorkerSettings
+from tickwork.sql.db import DatabaseSettings, pool_sizes
+from tickwork.worker.settings import WorkerSettings
 
 
 def test_concurrency_comes_from_the_environment_with_no_fixed_ceiling(monkeypatch):

@@ -85,8 +85,8 @@ def normal(path: str) -> str:
 
 
 def api_routes() -> set[tuple[str, str]]:
-    from scheduler.api.app import create_app
-    from scheduler.settings import SchedulerSettings
+    from tickwork.scheduler.api.app import create_app
+    from tickwork.scheduler.settings import SchedulerSettings
 
     spec = create_app(SchedulerSettings(), database_url="postgresql://unused").openapi()
     return {(method.upper(), normal(path)) for path, operations in spec["paths"].items()
@@ -115,12 +115,13 @@ def settings_classes() -> list[type[BaseSettings]]:
     for package in PACKAGES:
         for path in (ROOT / package).rglob("*.py"):
             if re.search(r"^class \w+\(BaseSettings\)", path.read_text(), re.M):
-                module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-                importlib.import_module(module)
+                parts = path.relative_to(ROOT).with_suffix("").parts
+                importlib.import_module(".".join(parts if package == "tickwork"
+                                                 else ("tickwork", *parts)))
 
     def below(cls: type) -> list[type]:
         return [c for sub in cls.__subclasses__() for c in (sub, *below(sub))]
-    return [c for c in below(BaseSettings) if c.__module__.split(".")[0] in PACKAGES]
+    return [c for c in below(BaseSettings) if c.__module__.split(".")[0] == "tickwork"]
 
 
 def settings_fields() -> dict[str, object]:

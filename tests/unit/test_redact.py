@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from worker.redact import might_hold_secret, redact, redact_text, redacted
+from tickwork.worker.redact import might_hold_secret, redact, redact_text, redacted
 
 
 def body(n: int, alphabet: str = "aB3dE5fG7hJ9kL1mN2pQ4rS6tU8vW0xYz") -> str:
@@ -231,7 +231,7 @@ def test_ordinary_records_and_a_megabyte_of_base64_pass_through_untouched():
 
 
 def test_journal_payloads_replace_what_jsonb_cannot_store_and_keep_the_rest():
-    from worker.redact import for_journal
+    from tickwork.worker.redact import for_journal
 
     payload = {"text": "a\x00b\ud800c", "k\x00": ["ok", "sk-" + "x" * 40]}
     assert for_journal(payload) == {"text": "a\ufffdb\ufffdc",

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from worker.model import Message, Reply, RunView, ToolCall, Usage
-from worker.providers import ScriptError, ScriptedProvider
+from tickwork.worker.model import Message, Reply, RunView, ToolCall, Usage
+from tickwork.worker.providers import ScriptError, ScriptedProvider
 
 
 class FakeSleep:

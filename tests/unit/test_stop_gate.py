@@ -3,13 +3,13 @@ are never refunded; the router ranks a hard stop over a user's stop. Pure: no da
 
 import pytest
 
-from worker import stop_gate
-from worker.model import Message, ToolCall
-from worker.stop_gate import (EMPTY_REPLY, VERDICTS, WRAP_UP, GateDecision, GateSettings,
+from tickwork.worker import stop_gate
+from tickwork.worker.model import Message, ToolCall
+from tickwork.worker.stop_gate import (EMPTY_REPLY, VERDICTS, WRAP_UP, GateDecision, GateSettings,
                               decide_empty, decide_with_verdict, decide_without_judge,
                               judge_messages, open_steps, parse_verdict, route)
-from worker.tools.registry import ToolSpec
-from worker.walls import Meter, WallSettings, check_call, record_call
+from tickwork.worker.tools.registry import ToolSpec
+from tickwork.worker.walls import Meter, WallSettings, check_call, record_call
 
 UNITS = GateSettings().continuation_units
 PLAN = {"steps": [{"title": "Fetch records", "status": "completed"},

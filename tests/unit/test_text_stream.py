@@ -1,7 +1,7 @@
 """Streamed text is journaled in batches: at most one content_delta per interval, and the
 remainder when the reply ends."""
 
-from worker.streaming import TextStream
+from tickwork.worker.streaming import TextStream
 
 
 class Clock:

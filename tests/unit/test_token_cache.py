@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from uuid import uuid4
 
-from scheduler.tokens import Principal, TokenCache
+from tickwork.scheduler.tokens import Principal, TokenCache
 
 
 class Clock:

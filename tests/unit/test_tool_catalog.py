@@ -3,8 +3,8 @@
 import sys
 import textwrap
 
-from worker.model import canonical_name, wire_name
-from worker.tools.registry import catalog, vendor_tools
+from tickwork.worker.model import canonical_name, wire_name
+from tickwork.worker.tools.registry import catalog, vendor_tools
 
 
 def test_a_vendor_is_a_package_directory_and_its_marked_functions_are_its_tools(tmp_path, monkeypatch):
@@ -12,7 +12,7 @@ def test_a_vendor_is_a_package_directory_and_its_marked_functions_are_its_tools(
     (root / "weather").mkdir(parents=True)
     (root / "__init__.py").write_text("")
     (root / "weather" / "__init__.py").write_text(textwrap.dedent('''
-        from worker.tools.registry import tool
+        from tickwork.worker.tools.registry import tool
 
         @tool("read")
         async def forecast(ctx, city: str, days: int = 3) -> dict:

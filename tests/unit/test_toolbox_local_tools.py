@@ -2,8 +2,8 @@
 
 from uuid import uuid4
 
-from worker.toolbox import ToolBox
-from worker.tools.registry import catalog
+from tickwork.worker.toolbox import ToolBox
+from tickwork.worker.tools.registry import catalog
 
 LOCAL = {"update_plan", "read_file", "query_file", "task_complete"}
 

@@ -14,8 +14,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from structlog.testing import capture_logs
 
-from worker import tracing
-from worker.model import Usage
+from tickwork.worker import tracing
+from tickwork.worker.model import Usage
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ON = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318/"}
@@ -54,8 +54,8 @@ def test_unset_never_imports_the_sdk_and_a_thousand_runs_of_hooks_retain_no_memo
     code = """
 import sys, tracemalloc
 from uuid import UUID
-import worker.__main__, worker.handler, worker.calls, worker.model_turn
-from worker import tracing
+import tickwork.worker.__main__, tickwork.worker.handler, tickwork.worker.calls, tickwork.worker.model_turn
+from tickwork.worker import tracing
 assert tracing.setup() is False
 execution = {"id": UUID(int=7), "agent_id": None}
 def hooks():

@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from worker.model import ToolCall
-from worker.sql_shape import sql_shape
-from worker.tools.registry import ToolSpec
-from worker.walls import (Allow, Meter, Refuse, WallSettings, call_identity, check_call,
+from tickwork.worker.model import ToolCall
+from tickwork.worker.sql_shape import sql_shape
+from tickwork.worker.tools.registry import ToolSpec
+from tickwork.worker.walls import (Allow, Meter, Refuse, WallSettings, call_identity, check_call,
                           hard_cap_reached, hard_stop_message, record_call, token_stop_message,
                           turn_warning)
 

@@ -7,7 +7,7 @@ import hmac
 import json
 from datetime import datetime, timezone
 
-from worker.webhooks.policy import (HORIZON_SECONDS, delivery_body, headers, retry_delay,
+from tickwork.worker.webhooks.policy import (HORIZON_SECONDS, delivery_body, headers, retry_delay,
                                     signature)
 
 
@@ -45,7 +45,7 @@ def test_the_body_is_the_same_bytes_every_time_and_carries_the_contract_fields()
 
 
 def test_only_public_addresses_count_as_public():
-    from worker.webhooks.address_guard import private_address
+    from tickwork.worker.webhooks.address_guard import private_address
 
     for address in ("127.0.0.1", "10.1.2.3", "192.168.0.1", "172.16.5.4", "169.254.169.254",
                     "100.64.0.1", "0.0.0.0", "::1", "fe80::1%eth0", "fd00::1",
@@ -57,7 +57,7 @@ def test_only_public_addresses_count_as_public():
 
 def test_up_delivers_to_private_addresses_unless_told_not_to(monkeypatch):
     from tickwork.processes import up_webhook_settings
-    from worker.webhooks.settings import WebhookSettings
+    from tickwork.worker.webhooks.settings import WebhookSettings
 
     monkeypatch.delenv("TICKWORK_WEBHOOK_ALLOW_PRIVATE_ADDRESSES", raising=False)
     assert WebhookSettings().webhook_allow_private_addresses is False  # a `tickwork worker`

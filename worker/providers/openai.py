@@ -20,8 +20,8 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity import wait_exponential
 
-from worker.model import ContextTooLong, Message, Reply, RunView, TextSink, ToolSchema
-from worker.providers.openai_stream import (MalformedAnswer, StreamAssembler, parse_reply,
+from tickwork.worker.model import ContextTooLong, Message, Reply, RunView, TextSink, ToolSchema
+from tickwork.worker.providers.openai_stream import (MalformedAnswer, StreamAssembler, parse_reply,
                                             sse_events)
 
 MESSAGE_LIMIT = 300  # characters of a server's error message kept in ours

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from worker.model import Reply, TextSink, ToolCall, Usage, canonical_name
+from tickwork.worker.model import Reply, TextSink, ToolCall, Usage, canonical_name
 
 
 class MalformedAnswer(ValueError):

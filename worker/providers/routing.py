@@ -15,9 +15,9 @@ import httpx
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from worker.model import Message, ModelProvider, Reply, RunView, TextSink, ToolSchema
-from worker.providers.openai import OpenAIProvider
-from worker.providers.scripted import ScriptedProvider
+from tickwork.worker.model import Message, ModelProvider, Reply, RunView, TextSink, ToolSchema
+from tickwork.worker.providers.openai import OpenAIProvider
+from tickwork.worker.providers.scripted import ScriptedProvider
 
 DEFAULT_ALIAS = "default"
 DEFAULT_MODELS = "default=scripted,judge=scripted"

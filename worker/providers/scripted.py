@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from worker.model import (Message, Reply, RunView, TextSink, ToolCall, ToolSchema, Usage,
+from tickwork.worker.model import (Message, Reply, RunView, TextSink, ToolCall, ToolSchema, Usage,
                           canonical_name)
 
 JUDGE_ALIAS = "judge"

@@ -17,9 +17,9 @@ from uuid import UUID
 
 from psycopg import AsyncConnection
 
-from worker.tools.offload import OFFLOAD_THRESHOLD_CHARS, load_result, render_result
-from worker.tools.sandbox import QueryLimits, run_query
-from worker.tools.sqlbox import QueryError, check_select
+from tickwork.worker.tools.offload import OFFLOAD_THRESHOLD_CHARS, load_result, render_result
+from tickwork.worker.tools.sandbox import QueryLimits, run_query
+from tickwork.worker.tools.sqlbox import QueryError, check_select
 
 
 class ToolInputError(ValueError):

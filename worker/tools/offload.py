@@ -14,8 +14,8 @@ from uuid import UUID
 
 from psycopg import AsyncConnection
 
-from sql import QUERIES
-from sql.ids import new_id
+from tickwork.sql import QUERIES
+from tickwork.sql.ids import new_id
 
 OFFLOAD_THRESHOLD_CHARS = 4000
 PREVIEW_CHARS = 800

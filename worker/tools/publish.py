@@ -5,9 +5,9 @@ from __future__ import annotations
 import psycopg
 from psycopg.types.json import Jsonb
 
-from sql import QUERIES
-from sql.db import reconnecting
-from worker.tools.registry import ToolSpec, catalog
+from tickwork.sql import QUERIES
+from tickwork.sql.db import reconnecting
+from tickwork.worker.tools.registry import ToolSpec, catalog
 
 
 # A worker started while Postgres restarts waits for it instead of exiting (an idempotent upsert).

@@ -70,7 +70,7 @@ def schema_of(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def vendor_tools(package: str = "worker.vendors") -> list[ToolSpec]:
+def vendor_tools(package: str = "tickwork.worker.vendors") -> list[ToolSpec]:
     specs: list[ToolSpec] = []
     root = importlib.import_module(package)
     for info in pkgutil.iter_modules(root.__path__):

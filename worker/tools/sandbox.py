@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worker.tools.sqlbox import (MAX_QUERY_ROWS, QUERY_TIME_LIMIT_S, QueryError, check_select,
+from tickwork.worker.tools.sqlbox import (MAX_QUERY_ROWS, QUERY_TIME_LIMIT_S, QueryError, check_select,
                                  length_limit_for)
 
 ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the worker package

@@ -19,8 +19,8 @@ import sqlite3
 import sys
 import time
 
-from worker.tools.sqlguard import lock_down
-from worker.tools.sqltable import answer, load_table
+from .sqlguard import lock_down
+from .sqltable import answer, load_table
 
 TYPE_CHECKING = False  # importing typing would slow the child's start-up, once per query
 if TYPE_CHECKING:

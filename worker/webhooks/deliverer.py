@@ -20,11 +20,11 @@ import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
-from sql import QUERIES
-from sql.db import listen_forever
-from worker.webhooks.address_guard import refusal
-from worker.webhooks.policy import HORIZON_SECONDS, delivery_body, headers, retry_delay
-from worker.webhooks.settings import WebhookSettings
+from tickwork.sql import QUERIES
+from tickwork.sql.db import listen_forever
+from tickwork.worker.webhooks.address_guard import refusal
+from tickwork.worker.webhooks.policy import HORIZON_SECONDS, delivery_body, headers, retry_delay
+from tickwork.worker.webhooks.settings import WebhookSettings
 
 log = structlog.get_logger()
 # A claimed delivery is not claimed again for this long (longer than any attempt can take).
@@ -168,7 +168,7 @@ class Deliverer:
 
 async def serve_deliverer(url: str, settings: WebhookSettings, stop: asyncio.Event) -> None:
     """The worker process's deliverer, on its own small pool, until ``stop``."""
-    from sql.db import open_pool
+    from tickwork.sql.db import open_pool
 
     pool = await open_pool(url, application_name="tickwork-webhooks", max_size=2, check=False)
     deliverer = Deliverer(pool, settings, database_url=url)

@@ -8,9 +8,9 @@ from uuid import UUID
 
 from psycopg import AsyncConnection
 
-from sql import QUERIES
-from sql.ids import new_id
-from worker.tools.registry import tool
+from tickwork.sql import QUERIES
+from tickwork.sql.ids import new_id
+from tickwork.worker.tools.registry import tool
 
 
 class ToolContext(Protocol):

@@ -76,3 +76,13 @@ def test_a_built_wheel_holds_only_tickwork_and_imports_from_itself(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, check=True, env={"PYTHONPATH": str(target)}).stdout.split()
     assert out == [str(target / "tickwork" / "sql" / "db.py"), "True"]
+
+
+def test_every_module_of_the_project_says_what_it_is_for():
+    """The first line of every module (its docstring) says what it is for; empty package
+    markers of the test tree are the only modules without one."""
+    undocumented = [str(path.relative_to(ROOT)) for path in python_files()
+                    if path.read_text().strip()
+                    and not ast.get_docstring(ast.parse(path.read_text()))
+                    and path.parts[len(ROOT.parts)] in {*FOLDERS, "bench", "scripts"}]
+    assert undocumented == []

@@ -52,7 +52,7 @@ from chaos_fleet import (API_RETRIES, Fleet, call, free_port, run_in_scratch,
                          start_scratch_database, tickwork, wait_healthy)
 from chaos_tails import Tails
 from scratch import say  # bench/scratch.py
-from tickwork.sql.embedded import EmbeddedPostgres, start_embedded
+from tickwork.embedded import EmbeddedPostgres, start_embedded
 
 DB_NAME = "tickwork_chaos"
 RUN_SCRIPT = {"judge": ["done"]}  # the script itself names the schedule's own record id

@@ -134,7 +134,7 @@ def start_scratch_database(root: Path, db_name: str):
     import psycopg
     from psycopg import sql as pgsql
 
-    from tickwork.sql.embedded import start_embedded
+    from tickwork.embedded import start_embedded
 
     server = start_embedded(root / "pg")
     say(f"embedded Postgres in {root / 'pg'} on port {server.port} (its own; never a shared one)")

@@ -19,7 +19,7 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
-from tickwork.sql.embedded import start_embedded
+from tickwork.embedded import start_embedded
 
 
 def say(message: str) -> None:

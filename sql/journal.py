@@ -33,6 +33,7 @@ from tickwork.sql import QUERIES, failpoints
 from tickwork.sql.db import reconnecting
 from tickwork.sql.finisher import Finish, Finisher, event_rows, write_finishes
 from tickwork.sql.lifecycle import release_run
+from tickwork.sql.vocabulary import EventType, FinalStatus, Outcome, check_event_type
 
 # Emission -> background flush. Well inside the 250 ms promise (DESIGN "Visible as it
 # happens"), long enough that a burst (step_start, content_delta, tool_start ...) is one append.
@@ -65,9 +66,10 @@ class RunJournal:
         self._background: asyncio.Task | None = None
         self._fenced = False  # found by a background flush; raised at the run's next write
 
-    def emit(self, type: str, payload: dict[str, Any], parent: int | None = None) -> int:
+    def emit(self, type: EventType, payload: dict[str, Any], parent: int | None = None) -> int:
         """Buffer an event (secrets redacted before it is ever stored) and make sure a flush
         is coming within the linger; return its seq."""
+        check_event_type(type)  # a typo fails here, not as a CHECK that drops the batch
         seq = self._next_seq
         self._next_seq += 1
         self._pending.append(PendingEvent(seq, parent, type, self._redact(payload)))
@@ -152,8 +154,8 @@ class RunJournal:
         self.cancel_requested = bool(row["cancel_requested"])
         del self._pending[:len(batch)]
 
-    async def finish(self, *, status: str, outcome: str | None, reason: str | None = None,
-                     finisher: "Finisher | None" = None,
+    async def finish(self, *, status: FinalStatus, outcome: Outcome | None,
+                     reason: str | None = None, finisher: "Finisher | None" = None,
                      usage: dict[str, int] | None = None) -> None:
         """Append what is buffered (the terminal event included) and record the verdict
         together (through the process's finisher, batched with other runs, when given); raise

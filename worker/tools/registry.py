@@ -15,7 +15,8 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-ToolClass = Literal["read", "send", "write", "delete"]
+from tickwork.sql.vocabulary import ToolClass
+
 _MARK = "__tickwork_tool_class__"
 _APPROVAL = "__tickwork_approval__"
 # Whether a call needs a person: a fixed flag, or a predicate over the call's arguments.

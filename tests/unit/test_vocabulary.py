@@ -1,0 +1,193 @@
+"""The stored words are one closed vocabulary (tickwork.sql.vocabulary): every event type the
+code emits or reads is a known one, an unknown one fails at emit, and DESIGN.md's contract
+uses only those words. (That the database's CHECKs list the same words is
+tests/integration/test_vocabulary_schema.py.)"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from uuid import uuid4
+
+import pytest
+
+from tickwork.sql import vocabulary as v
+from tickwork.sql.journal import RunJournal
+from tickwork.sql.vocabulary import UnknownWord, check_event_type
+
+ROOT = Path(__file__).resolve().parents[2]
+CODE_FOLDERS = ("sql", "scheduler", "worker", "tickwork")
+# Modules that read journal events and branch on their type: a misspelt type there is a branch
+# that silently never runs.
+READERS = ("scheduler/tail.py", "scheduler/metrics.py", "tickwork/run_tree.py",
+           "tickwork/sse_follow.py")
+
+
+def code_files() -> list[Path]:
+    """The project's Python modules as they are on disk (new modules included)."""
+    return sorted(path for folder in CODE_FOLDERS for path in (ROOT / folder).rglob("*.py")
+                  if "__pycache__" not in path.parts)
+
+
+def _text(node: ast.AST | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def emitted_types(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, type) for every string constant given as an event type: the first argument (or
+    type=) of a call to .emit(...) or emit(...), and the "type" of a dict literal shaped like
+    an event (it also has "payload" or "seq")."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            if name != "emit":
+                continue
+            given = [node.args[0]] if node.args else []
+            given += [k.value for k in node.keywords if k.arg == "type"]
+            found += [(node.lineno, _text(g)) for g in given if _text(g) is not None]
+        elif isinstance(node, ast.Dict):
+            keys = {_text(k): value for k, value in zip(node.keys, node.values)}
+            if "type" in keys and ({"payload", "seq"} & keys.keys()) and _text(keys["type"]):
+                found.append((node.lineno, _text(keys["type"])))
+    return found
+
+
+def _is_event_type(node: ast.AST) -> bool:
+    """event["type"], event.get("type"), or a variable named kind/type/event_type."""
+    if isinstance(node, ast.Subscript):
+        return _text(node.slice) == "type"
+    if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get":
+        return bool(node.args) and _text(node.args[0]) == "type"
+    return isinstance(node, ast.Name) and node.id in {"kind", "type", "event_type"}
+
+
+def compared_types(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, word) for every string an event's type is compared with (== or in (...))."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare) or not _is_event_type(node.left):
+            continue
+        for right in node.comparators:
+            items = right.elts if isinstance(right, (ast.Tuple, ast.Set, ast.List)) else [right]
+            found += [(node.lineno, _text(i)) for i in items if _text(i) is not None]
+    return found
+
+
+def test_every_event_type_the_code_emits_is_in_the_vocabulary():
+    emitted = {(str(path.relative_to(ROOT)), line, word) for path in code_files()
+               for line, word in emitted_types(ast.parse(path.read_text(), str(path)))}
+    # The scan must see the emitters (a scan that finds nothing proves nothing).
+    assert len({word for _, _, word in emitted}) >= 10, emitted
+    unknown = sorted(hit for hit in emitted if hit[2] not in v.EVENT_TYPES)
+    assert unknown == [], f"event types outside sql/vocabulary.py EventType: {unknown}"
+
+
+def test_every_event_type_a_journal_reader_branches_on_is_in_the_vocabulary():
+    unknown = []
+    for name in READERS:
+        hits = compared_types(ast.parse((ROOT / name).read_text(), name))
+        assert hits, f"{name} no longer compares event types; update READERS"
+        unknown += [(name, line, word) for line, word in hits if word not in v.EVENT_TYPES]
+    assert unknown == [], f"event types outside sql/vocabulary.py EventType: {unknown}"
+
+
+def test_the_scan_catches_a_misspelt_event_type():
+    source = ('journal.emit("tool_strat", {})\n'
+              'rows = [{"seq": 1, "type": "run_compleet", "payload": {}}]\n'
+              'if event["type"] == "gate_decison": pass\n'
+              'if kind in ("model_usage", "context_mask"): pass\n')
+    tree = ast.parse(source)
+    words = [w for _, w in emitted_types(tree) + compared_types(tree)]
+    assert [w for w in words if w not in v.EVENT_TYPES] == [
+        "tool_strat", "run_compleet", "gate_decison", "context_mask"]
+
+
+def test_the_viewer_knows_exactly_the_vocabulary_s_event_types():
+    script = (ROOT / "scheduler/api/static/tree.js").read_text()
+    listed = re.search(r"const EVENT_TYPES = \[([^\]]*)\]", script)
+    assert listed is not None, "tree.js no longer lists EVENT_TYPES"
+    assert set(re.findall(r'"([a-z_]+)"', listed.group(1))) == v.EVENT_TYPES
+    compared = set(re.findall(r'type === "([a-z_]+)"', script))
+    compared |= set(re.findall(r'case "([a-z_]+)":', script))
+    assert compared and compared <= v.EVENT_TYPES, compared - v.EVENT_TYPES
+
+
+def test_an_unknown_event_type_fails_at_emit_and_buffers_nothing():
+    journal = RunJournal(None, uuid4(), uuid4(), next_seq=2, redact=lambda p: p,
+                         linger_seconds=None)
+    with pytest.raises(UnknownWord, match=r"unknown journal event type 'tool_strat'.*tool_start"):
+        journal.emit("tool_strat", {"tool": "demo.get_record"})
+    assert journal._pending == [] and journal.emit("tool_start", {"tool": "x"}) == 2
+
+
+def test_every_known_event_type_passes_the_check():
+    assert [check_event_type(word) for word in sorted(v.EVENT_TYPES)] == sorted(v.EVENT_TYPES)
+
+
+def test_each_frozenset_is_its_literal_s_words():
+    pairs = [(v.RunStatus, v.RUN_STATUSES), (v.FinalStatus, v.FINAL_STATUSES),
+             (v.Outcome, v.OUTCOMES), (v.EventType, v.EVENT_TYPES),
+             (v.ApprovalStatus, v.APPROVAL_STATUSES), (v.Overlap, v.OVERLAPS),
+             (v.GateVerdict, v.GATE_VERDICTS), (v.Breadcrumb, v.BREADCRUMBS)]
+    for literal, words in pairs:
+        assert frozenset(literal.__args__) == words
+    assert v.FINAL_STATUSES < v.RUN_STATUSES
+
+
+# DESIGN.md (the fixed contract, kept beside the checkout, not in it) quoted word for word,
+# whitespace folded: each claim is a fragment, the words it lists, the vocabulary they belong
+# to, and whether the fragment lists that vocabulary whole.
+DESIGN_CLAIMS = [
+    ("`status` ∈ `queued|running|completed|failed|cancelled`",
+     "queued running completed failed cancelled", v.RUN_STATUSES, True),
+    ("`outcome` ∈ `done|question|stalled_out|hard_stop|timed_out|cancelled|failed|null`",
+     "done question stalled_out hard_stop timed_out cancelled failed", v.OUTCOMES, True),
+    ("`breadcrumb` is `suspended` while the run waits for an approval",
+     "suspended", v.BREADCRUMBS, False),
+    ("Every run writes events in order: `run_start`, `step_start`, `reasoning_delta`, "
+     "`tool_start`, `tool_complete`, `content_delta`, `budget_refusal`, `gate_decision`, "
+     "`approval_required`, `run_complete`.",
+     "run_start step_start reasoning_delta tool_start tool_complete content_delta "
+     "budget_refusal gate_decision approval_required run_complete", v.EVENT_TYPES, False),
+    ("Executed tool calls journal `tool_start` + `tool_complete`",
+     "tool_start tool_complete", v.EVENT_TYPES, False),
+    ("refused calls journal `budget_refusal`", "budget_refusal", v.EVENT_TYPES, False),
+    ("each stop decision journals `gate_decision`", "gate_decision", v.EVENT_TYPES, False),
+    ('"status": "pending|approved|rejected"', "pending approved rejected",
+     v.APPROVAL_STATUSES, False),
+    ("its pending approvals `cancelled`", "cancelled", v.APPROVAL_STATUSES, False),
+    ('"overlap"?: "skip"|"allow"', "skip allow", v.OVERLAPS, True),
+    ("An agent with status `paused` refuses new runs", "paused", v.AGENT_STATUSES, False),
+    ("a `draft` agent can be run by hand", "draft", v.AGENT_STATUSES, False),
+    ('"events": ["approval.required", "run.failed", "run.completed", "run.cancelled"]',
+     "approval.required run.failed run.completed run.cancelled", v.WEBHOOK_EVENTS, True),
+    ("(`done`, `question`, `stalled`, or any other string",
+     "done question stalled", v.GATE_VERDICTS, False),
+]
+
+
+def _folded(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("fragment, words, vocabulary, whole", DESIGN_CLAIMS,
+                         ids=[claim[1].split()[0] for claim in DESIGN_CLAIMS])
+def test_design_contract_words_are_in_the_vocabularies(fragment, words, vocabulary, whole):
+    listed = set(words.split())
+    for word in listed:  # the words really are the fragment's (no slip in this table)
+        assert re.search(rf"(?<![\w.]){re.escape(word)}(?![\w.])", fragment), word
+    assert listed <= vocabulary, sorted(listed - vocabulary)
+    if whole:
+        assert listed == vocabulary, sorted(vocabulary - listed)
+
+
+def test_the_quoted_claims_are_still_design_s_words():
+    design = next((p for p in (ROOT / "DESIGN.md", ROOT.parent / "shared" / "DESIGN.md")
+                   if p.exists()), None)
+    if design is None:
+        pytest.skip("DESIGN.md is not beside this checkout; the quoted claims stand alone")
+    text = _folded(design.read_text())
+    missing = [fragment for fragment, *_ in DESIGN_CLAIMS if _folded(fragment) not in text]
+    assert missing == []

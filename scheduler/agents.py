@@ -17,7 +17,6 @@ from tickwork.sql.ids import new_id
 
 class UnknownTools(TickworkError):
     code = "unknown_tool"
-    http_status = 400
 
     def __init__(self, keys: list[str]) -> None:
         super().__init__(f"unknown tool keys: {', '.join(keys)}; list the available tools with "

@@ -1,4 +1,8 @@
-"""One error family for tickwork. Each error says what happened, to which id, and what to do."""
+"""One error family for tickwork. Each error says what happened, to which id, and what to do.
+
+Which HTTP status an error answers with is the API's business (tickwork.scheduler.api.errors);
+the CLI and the worker raise and read the same errors without it.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,6 @@ class TickworkError(Exception):
     """Base error. ``code`` is machine-readable; the message is a sentence for a person."""
 
     code = "error"
-    http_status = 400
 
     def __init__(self, message: str, **fields: Any) -> None:
         super().__init__(message)
@@ -22,7 +25,6 @@ class TickworkError(Exception):
 
 class NotFound(TickworkError):
     code = "not_found"
-    http_status = 404
 
     def __init__(self, kind: str, object_id: object, hint: str = "") -> None:
         tail = f"; {hint}" if hint else ""
@@ -31,12 +33,10 @@ class NotFound(TickworkError):
 
 class Conflict(TickworkError):
     code = "conflict"
-    http_status = 409
 
 
 class InvalidInput(TickworkError):
     code = "invalid_input"
-    http_status = 422
 
     def __init__(self, message: str, *, code: str | None = None, field: str | None = None,
                  **fields: Any) -> None:
@@ -49,14 +49,7 @@ class InvalidInput(TickworkError):
 
 class Unauthorized(TickworkError):
     code = "unauthorized"
-    http_status = 401
 
 
 class Forbidden(TickworkError):
     code = "forbidden"
-    http_status = 403
-
-
-class NotAcceptable(TickworkError):
-    code = "not_acceptable"
-    http_status = 406

@@ -11,10 +11,31 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from tickwork.scheduler.agents import UnknownTools
+from tickwork.scheduler.api.throttle import TooManyFailures
 from tickwork.sql.db import translate_error
-from tickwork.sql.errors import TickworkError
+from tickwork.sql.errors import (Conflict, Forbidden, InvalidInput, NotFound, TickworkError,
+                                 Unauthorized)
 
 log = structlog.get_logger()
+
+# The one place an error's class becomes an HTTP status; a subclass answers with its nearest
+# listed ancestor's (AgentPaused is a Conflict: 409). The errors themselves know nothing of HTTP.
+STATUS: dict[type[TickworkError], int] = {
+    TickworkError: 400,
+    UnknownTools: 400,
+    Unauthorized: 401,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+    InvalidInput: 422,
+    TooManyFailures: 429,
+}
+
+
+def http_status(exc: TickworkError) -> int:
+    """The status an error answers with: its class's, or its nearest listed ancestor's."""
+    return next(STATUS[kind] for kind in type(exc).__mro__ if kind in STATUS)
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -34,7 +55,7 @@ def _sentence(error: dict[str, Any]) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(TickworkError)
     async def _tickwork(_: Request, exc: TickworkError) -> JSONResponse:
-        return JSONResponse(exc.as_body(), status_code=exc.http_status)
+        return JSONResponse(exc.as_body(), status_code=http_status(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -53,7 +74,7 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _database(_: Request, exc: psycopg.Error) -> JSONResponse:
         translated = translate_error(exc)
         if translated is not None:
-            return JSONResponse(translated.as_body(), status_code=translated.http_status)
+            return JSONResponse(translated.as_body(), status_code=http_status(translated))
         if isinstance(exc, psycopg.DataError) and exc.sqlstate is None:
             # Refused by the driver before reaching the server (e.g. a NUL character): the
             # request is at fault, and retrying it will not help.

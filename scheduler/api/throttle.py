@@ -22,7 +22,6 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 class TooManyFailures(TickworkError):
     code = "too_many_failed_logins"
-    http_status = 429
 
 
 def parse_networks(text: str) -> tuple[Network, ...]:

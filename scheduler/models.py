@@ -11,6 +11,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictInt, S
                       model_validator)
 
 from tickwork.sql.errors import InvalidInput
+from tickwork.sql.vocabulary import AgentStatus, Overlap, ScheduleStatus
 
 
 def storable_text(text: str) -> str:
@@ -74,7 +75,7 @@ class AgentIn(RequestBody):
     instructions: Text = ""
     tools: list[ToolKey] = []
     auto_approve: list[ToolKey] = []
-    status: Literal["active", "paused", "draft"] = "active"
+    status: AgentStatus = "active"
 
     @model_validator(mode="after")
     def _check(self) -> "AgentIn":
@@ -102,16 +103,16 @@ class ScheduleIn(RequestBody):
     agent_id: UUID
     cron: StrictStr
     timeout_minutes: TimeoutMinutes = 5
-    overlap: Literal["skip", "allow"] = "skip"
+    overlap: Overlap = "skip"
     max_attempts: MaxAttempts = 3
     display: DisplayIn | None = None
     input: JsonObject = {}
 
 
 class SchedulePatch(RequestBody):
-    status: Literal["active", "paused"] | None = None
+    status: ScheduleStatus | None = None
     timeout_minutes: TimeoutMinutes | None = None
-    overlap: Literal["skip", "allow"] | None = None
+    overlap: Overlap | None = None
     input: JsonObject | None = None
 
     @model_validator(mode="before")

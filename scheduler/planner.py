@@ -15,6 +15,7 @@ from typing import Callable
 from uuid import UUID
 
 from tickwork.scheduler import cron
+from tickwork.sql.vocabulary import AgentStatus, Overlap, SkipReason
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,8 @@ class DueSchedule:
     id: UUID
     cron: str
     next_run: datetime
-    overlap: str
-    agent_status: str
+    overlap: Overlap
+    agent_status: AgentStatus
     unfinished_execution_id: UUID | None
     tick_time: datetime
 
@@ -31,7 +32,7 @@ class DueSchedule:
 @dataclass(frozen=True)
 class SkippedFire:
     scheduled_for: datetime
-    reason: str
+    reason: SkipReason
     execution_id: UUID | None
 
 
@@ -88,7 +89,7 @@ def plan_fire(schedule: DueSchedule, cache: CronCache, *, new_id: Callable[[], U
     return FirePlan(schedule.id, next_run, fires[-1], execution_id, len(fires), coalesced)
 
 
-def _skip_all(schedule: DueSchedule, next_run: datetime, fires: list[datetime], reason: str,
+def _skip_all(schedule: DueSchedule, next_run: datetime, fires: list[datetime], reason: SkipReason,
               execution_id: UUID | None) -> FirePlan:
     skipped = [SkippedFire(at, reason, execution_id) for at in fires]
     return FirePlan(schedule.id, next_run, None, None, len(fires), skipped)

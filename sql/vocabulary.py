@@ -41,10 +41,11 @@ EventType = Literal["run_start", "step_start", "reasoning_delta", "tool_start", 
                     "run_complete", "model_usage", "context_masked"]
 EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
 
-# The verdict of a gate_decision event (its payload's "verdict"), from the stop gate and the
-# run loop's own stops.
+# The verdict of a gate_decision event (its payload's "verdict"): the stop gate's, the run
+# loop's own stops, and "released" (a resumed run handed back to its pause at a worker's
+# shutdown).
 GateVerdict = Literal["done", "question", "stalled", "plan_open", "plan_complete", "hard_stop",
-                      "cancelled", "stalled_out"]
+                      "cancelled", "stalled_out", "released"]
 GATE_VERDICTS: frozenset[str] = frozenset(get_args(GateVerdict))
 
 # approvals.status (approvals_status_check).

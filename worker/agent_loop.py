@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from tickwork.sql.journal import RunJournal
+from tickwork.sql.vocabulary import FinalStatus, Outcome
 from tickwork.worker.calls import CallPolicy, NeedsApproval, harness_named, process_call
 from tickwork.worker.model import Message, ModelProvider, Reply
 from tickwork.worker.model_turn import ContextExhausted, ask_judge, call_model, record_reply
@@ -32,8 +33,8 @@ ROOT_SEQ = 1  # run_start, written with the claim
 
 @dataclass
 class RunOutcome:
-    status: str  # completed | failed | cancelled
-    outcome: str  # done | question | stalled_out | hard_stop | failed | cancelled
+    status: FinalStatus
+    outcome: Outcome
     reason: str | None
     answer: str
 

@@ -23,11 +23,16 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
+from tickwork.sql.vocabulary import GateVerdict, Outcome
 from tickwork.worker.model import Message
 
-VERDICTS = ("done", "question", "stalled")
+# What a judge can say; anything it answers is read as one of these.
+JudgeVerdict = Literal["done", "question", "stalled"]
+VERDICTS: tuple[JudgeVerdict, ...] = get_args(JudgeVerdict)
+# Where a run goes after a turn: route()'s answer.
+Route = Literal["hard_stop", "cancelled", "continue"]
 UNREADABLE = "the judge's verdict could not be read"
 WRAP_UP = ("This is your last chance to continue: wrap up with what you have and give your "
            "best final answer now.")
@@ -75,9 +80,9 @@ class GateSettings:
 @dataclass(frozen=True)
 class GateDecision:
     # done | question | stalled | plan_open | plan_complete | hard_stop | cancelled | stalled_out
-    verdict: str
+    verdict: GateVerdict
     stop: bool  # True ends the run
-    outcome: str | None  # when stop: done | question | hard_stop | cancelled | stalled_out
+    outcome: Outcome | None  # when stop: done | question | hard_stop | cancelled | stalled_out
     reason: str  # why, for the journal (a sentence)
     inject: str | None  # a continuation message to inject before the next turn (when not stop)
     spends_unit: bool
@@ -89,7 +94,7 @@ def open_steps(plan: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [step for step in steps if isinstance(step, dict) and step.get("status") != "completed"]
 
 
-def parse_verdict(text: str) -> tuple[str, str]:
+def parse_verdict(text: str) -> tuple[JudgeVerdict, str]:
     """(verdict, reason) from the judge's reply, read strictly: the reply must carry a clear
     label, case-insensitive and markdown allowed, as one of
       - JSON ``{"verdict": "done", "reason": "…"}``;
@@ -166,7 +171,7 @@ def _truncate(text: str, limit: int) -> str:
     return f"{text[:limit]}… [truncated, {len(text)} characters in all]"
 
 
-def route(*, hard_stop: bool, cancel_requested: bool) -> str:
+def route(*, hard_stop: bool, cancel_requested: bool) -> Route:
     """Where the run goes next. Precedence is policy: the hard budget stop first (a runaway
     with a pending cancel must still end as a hard stop), then the user's stop, then on."""
     if hard_stop:

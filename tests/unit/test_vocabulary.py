@@ -104,6 +104,78 @@ def test_the_scan_catches_a_misspelt_event_type():
         "tool_strat", "run_compleet", "gate_decison", "context_mask"]
 
 
+# Where the code writes a status, outcome or verdict as a literal: the constructor or method,
+# and for each word the position or keyword it is given at, and its vocabulary.
+WRITERS = {
+    "RunOutcome": [(0, "status", v.FINAL_STATUSES), (1, "outcome", v.OUTCOMES)],
+    "GateDecision": [(0, "verdict", v.GATE_VERDICTS), (2, "outcome", v.OUTCOMES)],
+    "Finish": [(2, "status", v.FINAL_STATUSES), (3, "outcome", v.OUTCOMES)],
+    "finish": [(None, "status", v.FINAL_STATUSES), (None, "outcome", v.OUTCOMES)],
+    "SkippedFire": [(1, "reason", v.SKIP_REASONS)],
+    "_skip_all": [(3, "reason", v.SKIP_REASONS)],
+}
+# The words of an event's payload that are stored words themselves.
+PAYLOAD_WORDS = {("gate_decision", "verdict"): v.GATE_VERDICTS,
+                 ("run_complete", "status"): v.FINAL_STATUSES,
+                 ("run_complete", "outcome"): v.OUTCOMES}
+
+
+def written_words(tree: ast.AST) -> list[tuple[int, str, str, frozenset[str]]]:
+    """(line, what, word, vocabulary) for every literal status, outcome or verdict written
+    through WRITERS or into an event payload named in PAYLOAD_WORDS."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+        for position, keyword, words in WRITERS.get(name, []):
+            given = [k.value for k in node.keywords if k.arg == keyword]
+            if position is not None and len(node.args) > position:
+                given.append(node.args[position])
+            found += [(node.lineno, f"{name} {keyword}", _text(g), words) for g in given
+                      if _text(g) is not None]
+        if name == "emit" and len(node.args) > 1 and isinstance(node.args[1], ast.Dict):
+            payload = {_text(k): value for k, value in zip(node.args[1].keys, node.args[1].values)}
+            for (kind, key), words in PAYLOAD_WORDS.items():
+                if _text(node.args[0]) == kind and _text(payload.get(key)) is not None:
+                    found.append((node.lineno, f"{kind} {key}", _text(payload[key]), words))
+    return found
+
+
+def test_every_status_outcome_and_verdict_the_code_writes_is_in_its_vocabulary():
+    written = [(str(path.relative_to(ROOT)), line, what, word, words)
+               for path in code_files()
+               for line, what, word, words in written_words(ast.parse(path.read_text()))]
+    assert len({(what, word) for _, _, what, word, _ in written}) >= 15, written
+    unknown = [hit[:4] for hit in written if hit[3] not in hit[4]]
+    assert unknown == [], f"words outside their sql/vocabulary.py vocabulary: {unknown}"
+
+
+def test_the_writer_scan_catches_a_misspelt_word():
+    source = ('RunOutcome("complete", "done", None, "")\n'
+              'GateDecision("stalled_out", True, "stalledout", "", None, False)\n'
+              'journal.finish(status="failed", outcome="timedout")\n'
+              'journal.emit("gate_decision", {"verdict": "plan_opened"})\n')
+    found = written_words(ast.parse(source))
+    assert sorted(word for _, _, word, words in found if word not in words) == [
+        "complete", "plan_opened", "stalledout", "timedout"]
+
+
+def test_the_stop_gate_s_judge_verdicts_are_gate_verdicts():
+    from tickwork.worker.stop_gate import VERDICTS
+    assert set(VERDICTS) <= v.GATE_VERDICTS and len(VERDICTS) == 3
+
+
+def test_the_run_trees_mark_only_known_gate_verdicts():
+    from tickwork.run_tree import GATE_MARKS
+    assert GATE_MARKS.keys() <= v.GATE_VERDICTS, GATE_MARKS.keys() - v.GATE_VERDICTS
+    script = (ROOT / "scheduler/api/static/tree.js").read_text()
+    marks = re.search(r"const GATE_MARKS = \{([^}]*)\}", script)
+    assert marks is not None, "tree.js no longer has GATE_MARKS"
+    keys = set(re.findall(r"([a-z_]+):", marks.group(1)))
+    assert keys and keys <= v.GATE_VERDICTS, keys - v.GATE_VERDICTS
+
+
 def test_the_viewer_knows_exactly_the_vocabulary_s_event_types():
     script = (ROOT / "scheduler/api/static/tree.js").read_text()
     listed = re.search(r"const EVENT_TYPES = \[([^\]]*)\]", script)

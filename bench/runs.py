@@ -675,7 +675,7 @@ def profile_worker(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Nam
                    already: int) -> dict[str, Any]:
     """Statements and round trips per run at --concurrency C, then the time per step of a run
     at concurrency 1 (where each step's wall time is its latency, not queueing)."""
-    import tickwork.worker.handler as handler
+    import tickwork.worker.run_delivery as run_delivery
     import tickwork.worker.runner as runner
     from tickwork.sql.journal import RunJournal
 
@@ -718,12 +718,11 @@ def profile_worker(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Nam
         asyncio.run(enqueue_runs(url, tenant_id, agent_id, serial))
         checkpoint(url)
         timer = StepTimer()
-        timer.wrap(runner, "lease_tasks", "lease_tasks (worker.claim)")
-        timer.wrap(handler, "claim_execution", "claim_execution (BEGIN, claim CTE, COMMIT)")
-        timer.wrap(handler, "_load_agent", "_load_agent (get_agent_for_run)")
-        timer.wrap(handler, "run_agent", "run_agent (scripted model turn, buffer events)")
+        timer.wrap(runner, "claim_queued_runs", "claim_queued_runs (the one start statement)")
+        timer.wrap(runner, "lease_tasks", "lease_tasks (resumes only)")
+        timer.wrap(run_delivery, "run_agent", "run_agent (scripted model turn, buffer events)")
         timer.wrap(RunJournal, "finish", "RunJournal.finish (lock, append, notify, finish)")
-        timer.wrap(runner, "handle_task", "handle_task (all of one run)")
+        timer.wrap(runner, "run_claimed", "run_claimed (all of one run)")
         cpu_before = time.process_time()
         try:
             wall = asyncio.run(_run_in_process_worker(url, 1, already + runs + serial))

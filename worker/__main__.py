@@ -10,7 +10,7 @@ import socket
 from tickwork.sql.db import DatabaseSettings, open_pool, pool_sizes
 from tickwork.sql.finisher import Finisher
 from tickwork.worker import tracing
-from tickwork.worker.handler import RunDeps
+from tickwork.worker.run_wiring import RunDeps
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings

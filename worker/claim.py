@@ -5,6 +5,9 @@ idempotency claim with ON CONFLICT DO NOTHING (claimed nothing means a duplicate
 no agent code runs) and starts the run, all in one statement. Only resume tasks (named by their
 approval id) are leased: a worker that dies before taking the suspended run back leaves a lease
 that expires and the task is delivered again; the resume itself happens once.
+
+Either way the worker gets a ClaimedRun, built here from the claim's row and nowhere else: the
+rest of the worker reads its attributes, never the row's keys.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from psycopg_pool import AsyncConnectionPool
 from tickwork.sql import QUERIES
 from tickwork.sql.ids import new_id
 
+RUN_START_SEQ = 1  # claim_queued_runs journals run_start as the run's event 1
+
 
 @dataclass(frozen=True)
 class LeasedTask:
@@ -28,40 +33,92 @@ class LeasedTask:
 
 
 @dataclass(frozen=True)
-class Claim:
-    execution: dict[str, Any] | None  # None: nothing to run
-    run_token: UUID | None
-    skipped: dict[str, str] | None
+class AgentDefinition:
+    """What a run uses of its agent: the instructions and the tools it may call."""
+
+    instructions: str
+    tools: list[str]
+    auto_approve: list[str]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A resumed run's approval: the call's approval id, what a person decided (approved or
+    rejected) and why, and the saved state the run paused with (consumed by the claim)."""
+
+    approval_id: str
+    status: str | None
+    reason: str | None
+    saved_state: Any
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A run this worker has started (or taken back after an approval) and now owns: the
+    execution's fields the run reads, its fence token and the next seq of its journal."""
+
+    id: UUID
+    tenant_id: UUID
+    agent_id: UUID
+    schedule_id: UUID | None
+    attempt: int
+    timeout_minutes: int
+    input: dict[str, Any]
+    run_token: UUID
+    next_seq: int
+    cancel_requested: bool
+    agent: AgentDefinition | None  # None: the agent no longer exists
+    resume: Decision | None = None  # None: a fresh run
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], *, agent: AgentDefinition | None,
+                 resume: Decision | None = None) -> ClaimedRun:
+        """The one place a claim's row (claim_queued_runs or claim_resume) becomes a run."""
+        next_seq = RUN_START_SEQ + 1 if resume is None else (row["last_seq"] or 0) + 1
+        return cls(id=row["id"], tenant_id=row["tenant_id"], agent_id=row["agent_id"],
+                   schedule_id=row["schedule_id"], attempt=row["attempt"],
+                   timeout_minutes=row["timeout_minutes"], input=row["input"],
+                   run_token=row["run_token"], next_seq=next_seq,
+                   cancel_requested=row["cancel_requested_at"] is not None, agent=agent,
+                   resume=resume)
 
 
 async def lease_tasks(pool: AsyncConnectionPool, *, limit: int,
                       lease_seconds: int) -> list[LeasedTask]:
     async with pool.connection() as conn:
-        cursor = await conn.execute(QUERIES["lease_queue_tasks"],
+        cursor = await conn.execute(QUERIES["claim_resume_tasks"],
                                     {"limit": limit, "lease_seconds": lease_seconds})
         return [LeasedTask(**row) for row in await cursor.fetchall()]
 
 
 async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID,
-                       task_name: str) -> Claim:
+                       task_name: str) -> ClaimedRun | None:
     """Take a suspended run back to running with a fresh deadline; its saved state and the
-    decision come back with it."""
-    run_token = new_id()
+    decision come back with it, and its agent as it is now. None: a duplicate resume (the
+    run is no longer suspended), nothing to run."""
     async with pool.connection() as conn:
         async with conn.transaction():
-            cursor = await conn.execute(QUERIES["claim_resume"], {
-                "execution_id": execution_id, "task_name": task_name, "run_token": run_token})
+            cursor = await conn.execute(QUERIES["claim_resumed_execution"], {
+                "execution_id": execution_id, "task_name": task_name, "run_token": new_id()})
             row = await cursor.fetchone()
     if row is None:
-        return Claim(None, None, {"skipped": "duplicate resume"})
-    return Claim(row, run_token, None)
+        return None
+    async with pool.connection() as conn:
+        cursor = await conn.execute(QUERIES["get_agent_for_run"], {"agent_id": row["agent_id"]})
+        agent = await cursor.fetchone()
+    return ClaimedRun.from_row(row, agent=None if agent is None else AgentDefinition(
+        agent["instructions"], agent["tools"], agent["auto_approve"]), resume=Decision(
+        task_name, row["approval_status"], row["approval_reason"], row["state"]))
 
 
 async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int,
-                            worker_id: str) -> list[dict[str, Any]]:
+                            worker_id: str) -> list[ClaimedRun]:
     """Claim and start up to ``limit`` fresh runs in one statement (the hot path); each row is
     a started execution with its agent's definition (agent_found is NULL if it is gone)."""
     async with pool.connection() as conn:
-        cursor = await conn.execute(QUERIES["claim_queued_runs"],
+        cursor = await conn.execute(QUERIES["claim_queued_executions"],
                                     {"limit": limit, "worker_id": worker_id})
-        return await cursor.fetchall()
+        rows = await cursor.fetchall()
+    return [ClaimedRun.from_row(row, agent=None if row["agent_found"] is None else AgentDefinition(
+        row["agent_instructions"], row["agent_tools"], row["agent_auto_approve"]))
+        for row in rows]

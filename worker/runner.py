@@ -23,7 +23,8 @@ import structlog
 from tickwork.sql import QUERIES
 from tickwork.sql.db import listen_forever
 from tickwork.worker.claim import claim_queued_runs, lease_tasks
-from tickwork.worker.handler import RunDeps, handle_task, run_claimed
+from tickwork.worker.run_delivery import handle_task, run_claimed
+from tickwork.worker.run_wiring import RunDeps
 
 log = structlog.get_logger()
 # After the grace period: time to write the releases (one flush and one statement per run).
@@ -95,7 +96,7 @@ class Worker:
 
     async def _drain(self) -> None:
         """Stop claiming; let running agents finish within the grace period, then interrupt
-        each one still going, whose handler releases it (handler._release); a release still
+        each one still going, whose delivery releases it (run_delivery._release); a release still
         unwritten after RELEASE_MARGIN_SECONDS is abandoned to the stale sweep."""
         if not self._active:
             return

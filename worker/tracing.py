@@ -197,22 +197,22 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (bool, int, float, str)) else str(value)
 
 
-def run(execution: Mapping[str, Any], *, worker_id: str, resumed: str | None) -> _Span | _Off:
-    """The span of one delivery of a run, a root in the trace keyed by its execution id."""
+def run(execution_id: UUID, *, worker_id: str, resumed: str | None,
+        **ids: Any) -> _Span | _Off:
+    """The span of one delivery of a run, a root in the trace keyed by its execution id;
+    ``ids`` are the run's other attributes (agent_id, schedule_id, tenant_id, attempt)."""
     if _tracer is None:
         return OFF
     from opentelemetry.context import Context
     from opentelemetry.trace import SpanKind
 
-    token = _next_trace_id.set(trace_id_of(execution["id"]))
+    token = _next_trace_id.set(trace_id_of(execution_id))
     try:
         span = _tracer.start_span("tickwork.run", context=Context(), kind=SpanKind.CONSUMER)
     finally:
         _next_trace_id.reset(token)
     handle = _Span(span, run=True)
-    handle.note(execution_id=execution["id"], agent_id=execution.get("agent_id"),
-                schedule_id=execution.get("schedule_id"), tenant_id=execution.get("tenant_id"),
-                attempt=execution.get("attempt"), worker_id=worker_id, resumed=bool(resumed),
+    handle.note(execution_id=execution_id, **ids, worker_id=worker_id, resumed=bool(resumed),
                 approval_id=resumed)
     return handle
 

@@ -17,7 +17,7 @@ from tests.hostile_model import (HostileModel, call, context_too_long, reply, se
                                  silence, too_many_requests)
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import scalar, until
-from tickwork.worker.handler import RunDeps
+from tickwork.worker.run_wiring import RunDeps
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings

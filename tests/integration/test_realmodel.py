@@ -22,7 +22,7 @@ from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import until
 from tests.realmodel_server import realmodel_available, running_server
 from tickwork.sql.finisher import Finisher
-from tickwork.worker.handler import RunDeps
+from tickwork.worker.run_wiring import RunDeps
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings

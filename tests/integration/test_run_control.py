@@ -44,9 +44,9 @@ async def start_by_hand(api, pool) -> tuple[str, RunJournal]:
     """A run queued through the API and claimed as a worker claims it, with its journal: the
     test then plays the worker's part of finishing or suspending it."""
     run_id = await queue_run(api, await make_agent(api, name=f"by-hand-{uuid4().hex[:8]}"))
-    [row] = await claim_queued_runs(pool, limit=10, worker_id="test")
-    assert str(row["id"]) == run_id
-    return run_id, RunJournal(pool, row["id"], row["run_token"], next_seq=2,
+    [run] = await claim_queued_runs(pool, limit=10, worker_id="test")
+    assert str(run.id) == run_id
+    return run_id, RunJournal(pool, run.id, run.run_token, next_seq=run.next_seq,
                               redact=lambda value: value)
 
 
@@ -114,8 +114,8 @@ async def test_a_suspension_stores_usage_so_far_and_the_resumed_finish_the_whole
 
     assert (await api.post(f"/v1/approvals/{approval_id}/approve")).status_code == 200
     claim = await claim_resume(pool, execution_id=UUID(run_id), task_name=approval_id)
-    assert claim.execution is not None
-    resumed = RunJournal(pool, UUID(run_id), claim.run_token, next_seq=claim.execution["last_seq"] + 1,
+    assert claim is not None and claim.resume.status == "approved"
+    resumed = RunJournal(pool, UUID(run_id), claim.run_token, next_seq=claim.next_seq,
                          redact=lambda value: value)
     total = {"input_tokens": 1100, "output_tokens": 90, "model_calls": 2}
     terminal(resumed, total)
@@ -259,8 +259,7 @@ async def test_cancel_after_an_approval_drops_the_queued_resume_and_nothing_is_s
     assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 0
     assert scalar(db_url, "SELECT status FROM approvals") == "approved"  # decided before
     # A resume delivered anyway (it was leased before the cancel) finds nothing to resume.
-    claim = await claim_resume(pool, execution_id=UUID(run_id), task_name=approval["id"])
-    assert claim.execution is None
+    assert await claim_resume(pool, execution_id=UUID(run_id), task_name=approval["id"]) is None
     async with running_worker(pool, db_url):
         pass
     run = await run_json(api, run_id)

@@ -142,8 +142,9 @@ async def claimed_journal(api, pool, run_input: dict) -> RunJournal:
     """A started run's journal, written by the test itself (no worker)."""
     run_id = await start_run(api, await make_agent(api, ["demo.get_record"]), run_input)
     [started] = await claim_queued_runs(pool, limit=1, worker_id="test")
-    assert str(started["id"]) == run_id
-    return RunJournal(pool, UUID(run_id), started["run_token"], next_seq=2, redact=lambda p: p)
+    assert str(started.id) == run_id
+    return RunJournal(pool, UUID(run_id), started.run_token, next_seq=started.next_seq,
+                      redact=lambda p: p)
 
 
 async def test_events_emitted_between_flushes_land_once_each_in_seq_order(api, pool, db_url):

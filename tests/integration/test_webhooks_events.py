@@ -76,7 +76,7 @@ async def test_a_cancelled_queued_run_and_a_timed_out_run_are_reported(api, pool
     assert (await api.post(f"/v1/runs/{cancelled}/cancel")).status_code in (200, 202)
     timed_out = await start_run(api, agent_id, {})
     [claimed] = await claim_queued_runs(pool, limit=10, worker_id="test")
-    assert str(claimed["id"]) == timed_out
+    assert str(claimed.id) == timed_out
     swept = await sweep_stale(pool, now=datetime.now(timezone.utc) + timedelta(minutes=16),
                               batch_size=10)
     assert swept.failed == 1 and swept.retried == 1

@@ -15,7 +15,7 @@ import psycopg
 from tickwork.sql.db import connect
 from tickwork.sql.finisher import Finisher
 from tests.integration.drivers import ROOT
-from tickwork.worker.handler import RunDeps
+from tickwork.worker.run_wiring import RunDeps
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings

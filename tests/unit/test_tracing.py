@@ -37,8 +37,7 @@ def test_unset_sets_up_nothing_and_every_hook_is_the_shared_no_op():
     assert tracing.setup({}) is False
     assert tracing.setup({"OTEL_EXPORTER_OTLP_ENDPOINT": " "}) is False
     assert not tracing.active() and tracing._provider is None
-    execution = {"id": UUID(int=7), "agent_id": None}
-    assert tracing.run(execution, worker_id="w", resumed=None) is tracing.OFF
+    assert tracing.run(UUID(int=7), worker_id="w", resumed=None, agent_id=None) is tracing.OFF
     assert tracing.model_call("default", 2) is tracing.OFF
     assert tracing.tool_call("demo.get_record", "call_2_0", 2) is tracing.OFF
     with tracing.OFF as span:
@@ -54,12 +53,11 @@ def test_unset_never_imports_the_sdk_and_a_thousand_runs_of_hooks_retain_no_memo
     code = """
 import sys, tracemalloc
 from uuid import UUID
-import tickwork.worker.__main__, tickwork.worker.handler, tickwork.worker.calls, tickwork.worker.model_turn
+import tickwork.processes, tickwork.worker.run_delivery, tickwork.worker.calls, tickwork.worker.model_turn
 from tickwork.worker import tracing
 assert tracing.setup() is False
-execution = {"id": UUID(int=7), "agent_id": None}
 def hooks():
-    with tracing.run(execution, worker_id="w", resumed=None) as run:
+    with tracing.run(UUID(int=7), worker_id="w", resumed=None, agent_id=None) as run:
         with tracing.model_call("default", 2) as call:
             tracing.note_usage(call, None)
         with tracing.tool_call("demo.get_record", "call_2_0", 2, tool_class="read") as tool:
@@ -125,9 +123,8 @@ def test_a_run_span_takes_the_execution_id_as_trace_id_and_its_children_follow()
     exporter = InMemorySpanExporter()
     assert tracing.setup(ON, exporter=exporter)
     execution_id = UUID("0190f0e4-8c3a-7b21-9d4e-5f6a7b8c9d0e")
-    execution = {"id": execution_id, "agent_id": UUID(int=1), "schedule_id": None,
-                 "tenant_id": UUID(int=2), "attempt": 2}
-    with tracing.run(execution, worker_id="w:1", resumed=None) as run:
+    with tracing.run(execution_id, worker_id="w:1", resumed=None, agent_id=UUID(int=1),
+                     schedule_id=None, tenant_id=UUID(int=2), attempt=2) as run:
         with tracing.model_call("default", 2) as call:
             tracing.note_usage(call, Usage(11, 4))
         tracing.note_run(**{"usage.input_tokens": 11})

@@ -1,0 +1,162 @@
+"""One delivery of one run: run it (fresh, or taken back after an approval), journal it, and
+record its verdict, once.
+
+Everything that can end a run ends it in-band: a finished agent, a model or script error, an
+agent that vanished, unreadable saved state, a cancel, the run's own deadline. Only the
+deadline leads to a retry, minted by the same verdict the sweep gives. A pause for approval
+ends the execution as suspended, with its state saved (worker/approval_pause.py). A worker
+shutting down never ends a run as cancelled: a run still going after the grace period is
+released (journaled, then retried at once as a new attempt for any worker; a run resumed
+after an approval goes back to its pause with the decision kept and its resume queued again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import structlog
+
+from tickwork.sql.finisher import Finisher
+from tickwork.sql.journal import RunFenced, RunJournal
+from tickwork.worker import tracing
+from tickwork.worker.agent_loop import ROOT_SEQ, RunOutcome, Suspension, run_agent, run_pending
+from tickwork.worker.approval_pause import apply_decision, state_at_rest, suspend
+from tickwork.worker.claim import ClaimedRun, LeasedTask, claim_resume
+from tickwork.worker.redact import for_journal, redact
+from tickwork.worker.run_queries import fail_if_timed_out, remove_agent_schedules
+from tickwork.worker.run_wiring import RunDeps, build_loop
+from tickwork.worker.state import RunState
+
+log = structlog.get_logger()
+# The local timer fires a little after the database deadline, so the verdict query (which
+# compares with the database clock) always agrees that the deadline has passed.
+DEADLINE_MARGIN_SECONDS = 0.5
+
+
+async def run_claimed(run: ClaimedRun, deps: RunDeps) -> dict[str, Any]:
+    """A run already claimed and started by claim_queued_runs (the hot path)."""
+    return await _run(run, deps)
+
+
+async def handle_task(task: LeasedTask, deps: RunDeps) -> dict[str, Any]:
+    """A leased resume task (the only kind leased): the suspended run back to running, once."""
+    run = await claim_resume(deps.pool, execution_id=task.execution_id, task_name=task.name)
+    if run is None:
+        skipped = {"skipped": "duplicate resume"}
+        log.info("delivery_skipped", execution_id=str(task.execution_id), **skipped)
+        return skipped
+    return await _run(run, deps)
+
+
+async def _run(run: ClaimedRun, deps: RunDeps) -> dict[str, Any]:
+    journal = RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
+                         redact=for_journal)
+    journal.cancel_requested = run.cancel_requested
+    bound = log.bind(execution_id=str(run.id), agent_id=str(run.agent_id),
+                     schedule_id=str(run.schedule_id), attempt=run.attempt)
+    approval_id = run.resume.approval_id if run.resume is not None else None
+    # One info line per run (run_finished, or how else it ended): each rendered line costs
+    # about as much as a journal append's encoding. The start is there at debug level.
+    if approval_id:
+        bound.info("run_resumed")
+    else:
+        bound.debug("run_started")
+    # Every delivery is a root span of the trace keyed by the execution id (worker/tracing.py).
+    with tracing.run(run.id, worker_id=deps.worker_id, resumed=approval_id,
+                     agent_id=run.agent_id, schedule_id=run.schedule_id,
+                     tenant_id=run.tenant_id, attempt=run.attempt) as span:
+        try:
+            result = await _guarded(run, journal, deps, bound)
+        except RunFenced:
+            bound.warning("run_fenced")  # the sweep judged it first; its verdict stands
+            result = {"fenced": True}
+        tracing.end_run(span, result)
+        return result
+
+
+async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
+                   bound) -> dict[str, Any]:
+    seconds = run.timeout_minutes * 60 + DEADLINE_MARGIN_SECONDS
+    held: dict[str, RunState] = {}  # the run's state once built, for its usage at the end
+    try:
+        result = await asyncio.wait_for(_drive(run, journal, deps, held), seconds)
+    except asyncio.TimeoutError:
+        return await _timed_out(run, journal, deps, bound)
+    except asyncio.CancelledError:  # the worker's grace period is over
+        await _release(run, journal, deps, bound)
+        raise
+    except RunFenced:
+        raise
+    except Exception as exc:  # journaled and recorded in-band; never retried by transport
+        result = RunOutcome("failed", "failed", redact(f"{type(exc).__name__}: {exc}"), "")
+    if isinstance(result, Suspension):
+        bound.info("run_suspended", tool=result.needs.spec.key)
+        return {"status": "completed", "breadcrumb": "suspended"}
+    usage = held["state"].usage() if "state" in held else None
+    return await _finish(journal, result, bound, deps.finisher, usage)
+
+
+async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
+                 held: dict[str, RunState]) -> RunOutcome | Suspension:
+    if run.agent is None:
+        await remove_agent_schedules(deps.pool, run.agent_id)
+        return RunOutcome("failed", "failed", f"agent {run.agent_id} no longer exists; "
+                          "its schedules were removed", "")
+    if run.resume is None:
+        state = RunState.start(run.agent.instructions, run.input,
+                               units=deps.settings.continuation_units)
+    else:  # CorruptState fails the run in-band
+        state = RunState.from_state(run.resume.saved_state)
+    held["state"] = state
+    loop = build_loop(run, run.agent, state, journal, deps)
+    if run.resume is not None:
+        await apply_decision(run.resume, state, loop)
+        paused = await run_pending(state, loop)
+        if paused is None:
+            await journal.flush()
+            paused = await run_agent(state, loop)
+    else:
+        paused = await run_agent(state, loop)
+    if isinstance(paused, Suspension):
+        await suspend(run, state, journal, paused)
+    return paused
+
+
+async def _finish(journal: RunJournal, outcome: RunOutcome, bound,
+                  finisher: Finisher | None, usage: dict[str, int] | None = None) -> dict[str, Any]:
+    journal.emit("run_complete", {"status": outcome.status, "outcome": outcome.outcome,
+                                  "reason": outcome.reason, "answer": outcome.answer},
+                 parent=ROOT_SEQ)
+    await journal.finish(status=outcome.status, outcome=outcome.outcome, reason=outcome.reason,
+                         finisher=finisher, usage=usage)
+    tracing.note_run(**{f"usage.{k}": v for k, v in (usage or {}).items()})
+    bound.info("run_finished", status=outcome.status, outcome=outcome.outcome)
+    return {"status": outcome.status, "outcome": outcome.outcome}
+
+
+async def _release(run: ClaimedRun, journal: RunJournal, deps: RunDeps, bound) -> None:
+    """Hand the unfinished run to another worker at once (sql.lifecycle.release_run). A
+    resumed run goes back to its pause with the state its resume started from, so the decided
+    call is still pending in it (replayed from the tool-call store if it already ran)."""
+    saved_state, approval_id = None, None
+    if run.resume is not None:  # not an end: the run goes back to its pause
+        approval_id = run.resume.approval_id
+        saved_state = await state_at_rest(deps.pool, run, run.resume)
+        journal.emit("gate_decision", {
+            "verdict": "released", "released": True, "resume": approval_id,
+            "reason": "released: the worker shut down before the resumed run finished; the "
+                      "decision stands and the run resumes again at once",
+            "units_left": (saved_state or {}).get("units_left")}, parent=ROOT_SEQ)
+    released = await journal.release(approval_id, saved_state)
+    tracing.note_run(released=True)
+    bound.warning("run_released", **{k: str(v) for k, v in released.items()})
+
+
+async def _timed_out(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
+                     bound) -> dict[str, Any]:
+    """Past the deadline: keep what was journaled, then give the sweep's own verdict now."""
+    await journal.flush()
+    failed, retried = await fail_if_timed_out(deps.pool, run.id)
+    bound.warning("run_timed_out", failed=failed, retried=retried)
+    return {"status": "failed", "outcome": "timed_out"}

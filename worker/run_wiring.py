@@ -1,0 +1,65 @@
+"""Per-run wiring: what a worker gives every run (RunDeps), and the agent loop one run gets
+from it (its toolbox, walls, call policy and stop-gate settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg_pool import AsyncConnectionPool
+
+from tickwork.sql.finisher import Finisher
+from tickwork.sql.journal import RunJournal
+from tickwork.worker.agent_loop import Loop
+from tickwork.worker.calls import CallPolicy
+from tickwork.worker.claim import AgentDefinition, ClaimedRun
+from tickwork.worker.model import ModelProvider
+from tickwork.worker.redact import redact
+from tickwork.worker.run_queries import store_result, stored_result
+from tickwork.worker.settings import WorkerSettings
+from tickwork.worker.state import RunState
+from tickwork.worker.stop_gate import GateSettings
+from tickwork.worker.toolbox import ToolBox
+from tickwork.worker.tools.registry import ToolSpec
+from tickwork.worker.tools.sandbox import QueryLimits
+from tickwork.worker.walls import WallSettings
+
+
+@dataclass
+class RunDeps:
+    pool: AsyncConnectionPool
+    provider: ModelProvider
+    catalog: dict[str, ToolSpec]
+    settings: WorkerSettings
+    worker_id: str
+    finisher: Finisher | None = None  # batches the ends of runs; None writes each alone
+
+
+def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal: RunJournal,
+               deps: RunDeps) -> Loop:
+    s, pool, execution_id = deps.settings, deps.pool, run.id
+    toolbox = ToolBox(deps.catalog, agent.tools, pool=pool, execution_id=execution_id,
+                      plan=state.plan, offload_threshold=s.offload_threshold_chars,
+                      preview_chars=s.offload_preview_chars, redact=redact,
+                      tool_timeout=s.tool_timeout_seconds,
+                      query_limits=QueryLimits(time_limit_s=s.query_file_time_limit_seconds,
+                                               memory_mb=s.query_file_memory_mb))
+    walls = WallSettings(per_tool=s.per_tool_cap, aggregate=s.aggregate_cap,
+                         delivery=s.delivery_reserve, query_loop=s.query_loop_cap,
+                         hard_cap=s.hard_cap)
+    policy = CallPolicy(walls=walls, auto_approve=frozenset(agent.auto_approve),
+                        stored_result=lambda call_id: stored_result(pool, execution_id, call_id),
+                        store_result=lambda call_id, text, ok: store_result(
+                            pool, execution_id, call_id, text, ok))
+    return Loop(run_input=run.input, provider=deps.provider, toolbox=toolbox,
+                journal=journal, policy=policy,
+                gate=GateSettings(continuation_units=s.continuation_units,
+                                  judge_window=s.judge_window),
+                max_turns=s.max_model_turns,
+                cancel_requested=lambda: _cancel_requested(journal),
+                token_budget=s.token_budget, keep_turns=s.context_keep_turns)
+
+
+async def _cancel_requested(journal: RunJournal) -> bool:
+    """A person's stop request, as the journal learned it with its last append (no query of
+    its own: the run checks at every turn boundary for free)."""
+    return journal.cancel_requested

@@ -13,10 +13,12 @@ from typing import Callable, Iterable, Iterator
 
 import httpx
 
+from tickwork.sql.vocabulary import FINAL_STATUSES
+
 
 READ_TIMEOUT_SECONDS = 30.0  # longer than the keepalive: silence past it means the link is dead
 FIRST_DELAY, MAX_DELAY, GIVE_UP_AFTER = 0.5, 5.0, 60.0
-TERMINAL_STATUSES = {"completed", "failed", "cancelled"}
+TERMINAL_STATUSES = FINAL_STATUSES
 
 # --------------------------------------------------------------------------------------------
 # Server-Sent Events

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Depends, Path
 
@@ -11,13 +11,14 @@ from tickwork.scheduler.approvals import decide, public_approval
 from tickwork.scheduler.models import DecisionIn
 from tickwork.scheduler.pagination import check_limit
 from tickwork.sql import QUERIES
+from tickwork.sql.vocabulary import ApprovalStatus
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
 ApprovalId = Annotated[str, Path(max_length=200, pattern=r"^[0-9a-f-]{36}:[A-Za-z0-9_.:-]{1,150}$")]
 
 
 @router.get("")
-async def list_approvals(status: Literal["pending", "approved", "rejected", "cancelled"] | None = None,
+async def list_approvals(status: ApprovalStatus | None = None,
                          limit: int = 50, cursor: str | None = None,
                          s: Session = Depends(session)) -> dict:
     limit = check_limit(limit)

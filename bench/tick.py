@@ -316,7 +316,7 @@ def explain_first_batch(url: str, due_ids: list[UUID], batch: int) -> None:
         cache = CronCache()
         plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=MISSED_LIMIT)
                  for row in rows]
-        _print_plan(conn, "record_tick_batch", QUERIES["record_tick_batch"], batch_params(plans))
+        _print_plan(conn, "update_claimed_schedules", QUERIES["update_claimed_schedules"], batch_params(plans))
         conn.rollback()
 
 

@@ -23,7 +23,7 @@ async def decide(conn: AsyncConnection, principal: Principal, approval_id: str, 
                  approve: bool, reason: str | None) -> dict[str, Any]:
     """Approve or reject a pending approval; a second decision is a Conflict."""
     async with conn.transaction():
-        cursor = await conn.execute(QUERIES["decide_approval"], {
+        cursor = await conn.execute(QUERIES["update_approval_decided"], {
             "id": approval_id, "tenant_id": principal.tenant_id,
             "status": "approved" if approve else "rejected", "reason": reason})
         row = await cursor.fetchone()

@@ -45,7 +45,7 @@ async def dispatch_once(conn: AsyncConnection, *, now: datetime | None, limit: i
         cache = cache or CronCache()
         plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=missed_limit)
                  for row in rows]
-        cursor = await conn.execute(QUERIES["record_tick_batch"], batch_params(plans))
+        cursor = await conn.execute(QUERIES["update_claimed_schedules"], batch_params(plans))
         counts = await cursor.fetchone()
         await failpoints.hit("tick.after_insert_before_commit")
     await failpoints.hit("tick.after_commit_before_dispatch")

@@ -51,7 +51,7 @@ class DatabaseSnapshot:
 
 async def read_snapshot(conn: AsyncConnection, *, sse_subscribers: int = 0) -> DatabaseSnapshot:
     """Run the scrape's three queries (each cheap: see sql/queries/metrics.sql)."""
-    row = await (await conn.execute(QUERIES["read_metric_gauges"])).fetchone()
+    row = await (await conn.execute(QUERIES["get_metric_gauges"])).fetchone()
     executions = await (await conn.execute(QUERIES["count_executions_by_state"])).fetchall()
     journal = await (await conn.execute(QUERIES["count_recent_refusals_and_verdicts"])).fetchall()
     return DatabaseSnapshot(gauges={name: float(row[name]) for name in _SCALAR_GAUGES},

@@ -47,7 +47,7 @@ async def trim_retention(pool: AsyncConnectionPool, settings: SchedulerSettings,
             _log_backlog(deleted, batches, full)
         async with conn.transaction():
             await conn.execute(QUERIES["set_partition_lock_timeout"], params)
-            cursor = await conn.execute(QUERIES["manage_journal_partitions"], params)
+            cursor = await conn.execute(QUERIES["update_journal_partitions"], params)
             changed = await cursor.fetchone()
         await conn.execute(QUERIES["delete_expired_stream_tickets"])
     _log_partitions(changed)
@@ -63,7 +63,7 @@ async def upkeep_on_database_clock(pool: AsyncConnectionPool, settings: Schedule
     params = {"days": max(settings.retention_days, 0), "limit": settings.retention_batch_size}
     deadline = clock() + settings.retention_budget_seconds
     async with pool.connection() as conn:
-        deleted, batches, full = await _in_batches(conn, "retention_upkeep", params, deadline,
+        deleted, batches, full = await _in_batches(conn, "delete_expired_history", params, deadline,
                                                    clock, lambda cursor: cursor.fetchone())
     _log_backlog(deleted, batches, full)
     return deleted

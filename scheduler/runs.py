@@ -61,9 +61,9 @@ async def start_agent_run(conn: AsyncConnection, principal: Principal, agent_id:
               "request_hash": body_hash if idempotency_key else None}
     scoped = getattr(conn, "fetch_one_scoped", None)  # a tenant's (scheduler/api/tenant_scope)
     if scoped is not None:
-        row = await scoped(QUERIES["start_agent_run"], params)
+        row = await scoped(QUERIES["insert_agent_run"], params)
     else:  # a connection that spans tenants: the statement alone
-        row = await (await conn.execute(QUERIES["start_agent_run"], params)).fetchone()
+        row = await (await conn.execute(QUERIES["insert_agent_run"], params)).fetchone()
     if row["agent_status"] is None:
         raise agent_not_found(agent_id)
     if row["created"]:

@@ -27,7 +27,7 @@ def schedule_not_found(schedule_id: object) -> NotFound:
 
 
 async def database_now(conn: AsyncConnection):
-    cursor = await conn.execute(QUERIES["database_now"])
+    cursor = await conn.execute(QUERIES["get_database_now"])
     return (await cursor.fetchone())["now"]
 
 
@@ -50,7 +50,7 @@ async def create_schedule(conn: AsyncConnection, principal: Principal, body: Sch
 
 
 async def _raise_duplicate(conn: AsyncConnection, agent_id: UUID, expression: str) -> None:
-    cursor = await conn.execute(QUERIES["find_schedule_by_agent_cron"],
+    cursor = await conn.execute(QUERIES["get_schedule_by_agent_cron"],
                                 {"agent_id": agent_id, "cron": expression})
     existing = await cursor.fetchone()
     raise Conflict(f"agent {agent_id} already has a schedule with cron {expression!r}: "
@@ -97,6 +97,6 @@ async def delete_schedule(conn: AsyncConnection, principal: Principal, schedule_
 async def schedule_history(conn: AsyncConnection, principal: Principal, schedule_id: UUID,
                            limit: int) -> list[dict]:
     await get_schedule(conn, principal, schedule_id)
-    cursor = await conn.execute(QUERIES["schedule_history"], {
+    cursor = await conn.execute(QUERIES["list_schedule_history"], {
         "id": schedule_id, "tenant_id": principal.tenant_id, "limit": limit})
     return [pick(row, HISTORY_FIELDS) for row in await cursor.fetchall()]

@@ -45,7 +45,7 @@ def resume_point(last_event_id: str | None, after: int | None) -> int:
 
 async def check_resumable(conn: AsyncConnection, principal: Principal, run_id: UUID,
                           after: int) -> dict[str, Any]:
-    cursor = await conn.execute(QUERIES["run_tail_state"],
+    cursor = await conn.execute(QUERIES["get_execution_tail_state"],
                                 {"id": run_id, "tenant_id": principal.tenant_id})
     run = await cursor.fetchone()
     if run is None:
@@ -116,7 +116,7 @@ async def principal_from_ticket(conn: AsyncConnection, ticket: str, run_id: UUID
     if not _TICKET_FORMAT.fullmatch(ticket):
         raise Unauthorized("the stream ticket is malformed; get one with "
                            "POST /v1/runs/{id}/stream-ticket")
-    cursor = await conn.execute(QUERIES["consume_stream_ticket"],  # single use
+    cursor = await conn.execute(QUERIES["delete_usable_stream_ticket"],  # single use
                                 {"ticket_hash": hash_ticket(ticket), "execution_id": run_id})
     row = await cursor.fetchone()
     if row is None:

@@ -134,7 +134,7 @@ async def authenticate(conn: AsyncConnection, token: str,
     digest = hash_token(token)
     if cache is not None and (cached := cache.get(digest)) is not None:
         return cached
-    row = await (await conn.execute(QUERIES["find_api_token"], {"token_hash": digest})).fetchone()
+    row = await (await conn.execute(QUERIES["get_api_token_by_hash"], {"token_hash": digest})).fetchone()
     # compare_digest keeps the final comparison constant-time even though the lookup is by hash.
     if row is None or not hmac.compare_digest(bytes(row["token_hash"]), digest):
         raise Unauthorized("the bearer token is not valid (unknown or revoked)")
@@ -144,7 +144,7 @@ async def authenticate(conn: AsyncConnection, token: str,
         raise Unauthorized("the bearer token has expired; create a new one with "
                            "`tickwork token create`")
     if row["use_is_stale"]:
-        await conn.execute(QUERIES["touch_api_token"], {"id": row["id"]})
+        await conn.execute(QUERIES["update_api_token_last_used"], {"id": row["id"]})
     principal = Principal(tenant_id=row["tenant_id"], is_admin=row["is_admin"],
                           is_operator=row["is_operator"], token_id=row["id"])
     if cache is not None:
@@ -174,7 +174,7 @@ async def revoke_token(conn: AsyncConnection, token_or_id: str, *,
         except ValueError:
             raise InvalidInput(f"{token_or_id[:40]!r} is neither a token (tw_…) nor a token id "
                                "(see `tickwork token list`)", code="invalid_token_id") from None
-    cursor = await conn.execute(QUERIES["revoke_api_token"],
+    cursor = await conn.execute(QUERIES["update_api_token_revoked"],
                                 {"id": token_id, "token_hash": digest, "tenant_id": tenant_id})
     row = await cursor.fetchone()
     if row is None:

@@ -1,29 +1,146 @@
 """The database layer: the only code that talks SQL.
 
-Named queries live in ``queries/*.sql`` as ``-- name: verb_noun`` blocks and are loaded once
-into ``QUERIES``; migrations live in ``migrations/``.
+Named queries live in ``queries/*.sql``, one file per table (the rule and the verb vocabulary are
+in ``queries/README.md``), and are loaded once into ``QUERIES``; migrations live in
+``migrations/``. A block is ``-- name: verb_noun``, then a ``-- `` line saying what it does, then
+the statement. The loader refuses a file that breaks that shape, so a bad block fails at import,
+not at the first call.
 """
 
 from pathlib import Path
 import re
 
 _QUERY_DIR = Path(__file__).parent / "queries"
-_NAME_LINE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+# The verbs a query name starts with, and what each promises (queries/README.md says more).
+VERBS = {
+    "get": "read one row (or none) by its key",
+    "list": "read many rows: a page, or a set",
+    "count": "read aggregates",
+    "lock": "read rows FOR UPDATE or FOR SHARE, held until commit",
+    "claim": "take work others skip (SKIP LOCKED) and mark it taken, in one statement",
+    "insert": "add rows",
+    "upsert": "add rows or replace the ones with the same key",
+    "update": "change rows (the noun says to what: update_execution_cancelled)",
+    "delete": "remove rows (a retention batch included)",
+    "listen": "LISTEN on a channel",
+    "set": "set a setting for this transaction (set_config)",
+}
+
+_NAME_LINE = re.compile(r"^-- name:.*$", re.MULTILINE)
+_NAME = re.compile(r"^-- name: ([a-z][a-z0-9_]*)$")
+_DESCRIPTION = re.compile(r"^-- \S")
+
+
+class QueryFileError(RuntimeError):
+    """A query file that breaks the block rules; the message names the file and the query."""
 
 
 def load_queries(directory: Path = _QUERY_DIR) -> dict[str, str]:
-    """Read every ``-- name:`` block of every .sql file; a name defined twice is an error."""
+    """Read every ``-- name:`` block of every .sql file into name -> statement text. Refused: a
+    malformed name line, a name that does not start with one of VERBS, a block whose first line
+    is not a ``-- `` description, a block with no statement, a name defined twice, and anything
+    but comments before a file's first block."""
     queries: dict[str, str] = {}
+    defined_in: dict[str, str] = {}
     for path in sorted(directory.glob("*.sql")):
         text = path.read_text()
         marks = list(_NAME_LINE.finditer(text))
+        if not marks:
+            raise QueryFileError(f"{path.name}: no '-- name:' block")
+        _check_preamble(path.name, text[:marks[0].start()])
         for mark, following in zip(marks, marks[1:] + [None]):
             end = following.start() if following else len(text)
-            name = mark.group(1)
+            name = _check_name(path.name, mark.group(0))
+            body = text[mark.end():end].strip()
+            _check_body(path.name, name, body)
             if name in queries:
-                raise RuntimeError(f"query {name!r} is defined twice (second time in {path.name})")
-            queries[name] = text[mark.end():end].strip()
+                raise QueryFileError(f"{path.name}: query {name!r} is already defined in "
+                                     f"{defined_in[name]}; names are unique across files")
+            queries[name] = body
+            defined_in[name] = path.name
     return queries
 
 
-QUERIES: dict[str, str] = load_queries()
+def _check_preamble(file: str, text: str) -> None:
+    """Before the first block only comments may stand: a statement there would belong to no name
+    and be dropped without a word."""
+    if any(line.strip() and not line.lstrip().startswith("--") for line in text.splitlines()):
+        raise QueryFileError(f"{file}: text before the first '-- name:' line that is not a comment")
+
+
+def _check_name(file: str, line: str) -> str:
+    match = _NAME.match(line.rstrip())
+    if match is None:
+        raise QueryFileError(f"{file}: {line.strip()!r} is not '-- name: lower_snake_name'")
+    name = match.group(1)
+    verb, _, noun = name.partition("_")
+    if verb not in VERBS or not noun:
+        raise QueryFileError(f"{file}: query {name!r} does not start with a verb of "
+                             f"{sorted(VERBS)} (see sql/queries/README.md)")
+    return name
+
+
+def _check_body(file: str, name: str, body: str) -> None:
+    lines = body.splitlines()
+    if not lines or not _DESCRIPTION.match(lines[0]):
+        raise QueryFileError(f"{file}: query {name!r} has no description: the line after "
+                             f"'-- name: {name}' must be a '-- ' comment saying what it does")
+    if all(line.lstrip().startswith("--") or not line.strip() for line in lines):
+        raise QueryFileError(f"{file}: query {name!r} has a description but no statement")
+
+
+# Names before the queries were renamed verb-first, kept only while other work in flight still
+# says them: QUERIES answers to an old name with the new query. tests/unit/test_queries.py
+# lists the code that still uses one; the map goes once that list is empty.
+RENAMED = {
+    "append_run_events": "insert_run_events",
+    "claim_queued_runs": "claim_queued_executions",
+    "claim_resume": "claim_resumed_execution",
+    "consume_stream_ticket": "delete_usable_stream_ticket",
+    "database_now": "get_database_now",
+    "decide_approval": "update_approval_decided",
+    "delete_agent_schedules": "delete_schedules_of_missing_agent",
+    "demo_get_record": "get_demo_record",
+    "demo_list_records": "list_demo_records",
+    "demo_search_records": "list_demo_records_matching",
+    "demo_send_message": "insert_demo_outbox_message",
+    "fail_own_executions": "update_own_executions_failed",
+    "fail_timed_out_executions": "update_timed_out_executions_failed",
+    "find_api_token": "get_api_token_by_hash",
+    "find_ended_tokens": "list_ended_api_tokens",
+    "find_schedule_by_agent_cron": "get_schedule_by_agent_cron",
+    "find_unknown_tools": "list_unknown_tools",
+    "finish_runs": "update_executions_finished",
+    "lease_queue_tasks": "claim_resume_tasks",
+    "manage_journal_partitions": "update_journal_partitions",
+    "prune_webhook_deliveries": "delete_old_webhook_deliveries",
+    "read_metric_gauges": "get_metric_gauges",
+    "record_tick_batch": "update_claimed_schedules",
+    "record_tool_call_result": "insert_tool_call_result",
+    "record_webhook_attempt": "update_webhook_delivery_attempt",
+    "release_resumed_run": "update_resumed_execution_released",
+    "request_cancel": "update_execution_cancelled",
+    "retention_upkeep": "delete_expired_history",
+    "revoke_api_token": "update_api_token_revoked",
+    "run_status": "get_execution_status",
+    "run_tail_state": "get_execution_tail_state",
+    "runs_per_minute": "count_executions_per_minute",
+    "schedule_history": "list_schedule_history",
+    "scope_to_all_tenants": "set_all_tenants_scope",
+    "scope_to_tenant": "set_tenant_scope",
+    "start_agent_run": "insert_agent_run",
+    "stats_minute_now": "get_current_minute",
+    "suspend_for_approval": "update_execution_suspended",
+    "touch_api_token": "update_api_token_last_used",
+}
+
+
+class _Queries(dict):
+    def __missing__(self, name: str) -> str:
+        if name in RENAMED:
+            return self[RENAMED[name]]
+        raise KeyError(name)
+
+
+QUERIES: dict[str, str] = _Queries(load_queries())

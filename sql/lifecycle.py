@@ -32,9 +32,9 @@ async def _fail_and_retry(conn: AsyncConnection, locked: list[dict[str, Any]],
     params = {"ids": [row["id"] for row in locked], "released": released,
               "run_token": run_token}
     if now is None:  # the worker's door: it may not choose a date
-        cursor = await conn.execute(QUERIES["fail_own_executions"], params)
+        cursor = await conn.execute(QUERIES["update_own_executions_failed"], params)
     else:
-        cursor = await conn.execute(QUERIES["fail_timed_out_executions"], {**params, "now": now})
+        cursor = await conn.execute(QUERIES["update_timed_out_executions_failed"], {**params, "now": now})
     return await cursor.fetchall()
 
 
@@ -51,7 +51,7 @@ async def release_run(conn: AsyncConnection, execution_id: UUID, run_token: UUID
     queued again: {"resume": approval_id}."""
     params = {"execution_id": execution_id, "run_token": run_token}
     if approval_id is not None:
-        cursor = await conn.execute(QUERIES["release_resumed_run"], {
+        cursor = await conn.execute(QUERIES["update_resumed_execution_released"], {
             **params, "approval_id": approval_id, "state": Jsonb(saved_state),
             "version": saved_state["version"]})
         return {"resume": approval_id} if await cursor.fetchone() else None

@@ -58,7 +58,7 @@ class Feed:
 async def ended_without_terminal_event(conn, run_id: UUID) -> bool:
     """Whether the run is gone or ended without a run_complete (cancelled before it started):
     a tail of it has nothing more to wait for."""
-    cursor = await conn.execute(QUERIES["run_status"], {"id": run_id})
+    cursor = await conn.execute(QUERIES["get_execution_status"], {"id": run_id})
     row = await cursor.fetchone()
     return row is None or row["status"] in ("failed", "cancelled")
 

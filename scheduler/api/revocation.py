@@ -47,7 +47,7 @@ class RevocationWatch:
             await asyncio.sleep(self._interval)
             try:
                 async with self._pool.connection() as conn:
-                    rows = await (await conn.execute(QUERIES["find_ended_tokens"], {
+                    rows = await (await conn.execute(QUERIES["list_ended_api_tokens"], {
                         "ids": list(self._watched)})).fetchall()
             except Exception as exc:  # a lost connection: try again at the next interval
                 log.warning("token_watch_failed", error=type(exc).__name__)

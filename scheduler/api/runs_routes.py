@@ -84,7 +84,7 @@ async def cancel(run_id: UUID, s: Session = Depends(session)) -> dict:
     """A queued run, or one waiting for approval, is cancelled at once (the waiting run's
     approvals with it); a running one stops at its next turn boundary."""
     async with s.conn.transaction():
-        row = await (await s.conn.execute(QUERIES["request_cancel"], {
+        row = await (await s.conn.execute(QUERIES["update_execution_cancelled"], {
             "id": run_id, "tenant_id": s.principal.tenant_id})).fetchone()
     if row is None:
         run = await get_run(s.conn, s.principal, run_id)  # 404 when it is not this tenant's

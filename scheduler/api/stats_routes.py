@@ -21,9 +21,9 @@ async def runs_per_minute(minutes: Annotated[int, Query(ge=1, le=1440)] = 60,
     included, oldest first), counted by outcome (or ``waiting``, ``queued``, ``running`` while
     they have none). Every minute is listed, empty ones with no counts, so a chart needs no
     gap filling."""
-    now = (await (await s.conn.execute(QUERIES["stats_minute_now"], {"now": None})).fetchone())
+    now = (await (await s.conn.execute(QUERIES["get_current_minute"], {"now": None})).fetchone())
     since = now["minute"] - timedelta(minutes=minutes - 1)
-    rows = await (await s.conn.execute(QUERIES["runs_per_minute"], {
+    rows = await (await s.conn.execute(QUERIES["count_executions_per_minute"], {
         "tenant_id": s.principal.tenant_id, "since": since})).fetchall()
     counts: dict = {}
     for row in rows:

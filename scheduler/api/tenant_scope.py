@@ -48,7 +48,7 @@ class TenantConnection:
         if self._conn.info.transaction_status != TransactionStatus.IDLE:
             return await (await self._conn.execute(query, params)).fetchone()
         cursor = AsyncClientCursor(self._conn)
-        scope = QUERIES["scope_to_tenant"].rstrip().rstrip(";")
+        scope = QUERIES["set_tenant_scope"].rstrip().rstrip(";")
         await cursor.execute(f"{scope};\n{query}",
                              {**params, "tenant_id": self._tenant_id})
         cursor.nextset()  # past set_config's row
@@ -63,7 +63,7 @@ class TenantConnection:
             yield tx
 
     async def _scope(self) -> None:
-        await self._conn.execute(QUERIES["scope_to_tenant"], {"tenant_id": self._tenant_id})
+        await self._conn.execute(QUERIES["set_tenant_scope"], {"tenant_id": self._tenant_id})
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
@@ -80,7 +80,7 @@ class AllTenantsPool:
     async def connection(self, *args: Any, **kwargs: Any) -> AsyncIterator[AsyncConnection]:
         async with self._pool.connection(*args, **kwargs) as conn:
             async with conn.transaction():
-                await conn.execute(QUERIES["scope_to_all_tenants"])
+                await conn.execute(QUERIES["set_all_tenants_scope"])
                 yield conn
 
     def __getattr__(self, name: str) -> Any:

@@ -1,9 +1,11 @@
 -- name: insert_agent
+-- A tenant's new agent, returned whole.
 INSERT INTO agents (id, tenant_id, name, instructions, tools, auto_approve, status)
 VALUES (%(id)s, %(tenant_id)s, %(name)s, %(instructions)s, %(tools)s, %(auto_approve)s, %(status)s)
 RETURNING *;
 
 -- name: update_agent
+-- Replace an agent's fields (PUT); no row back means no such agent of this tenant.
 UPDATE agents
    SET name = %(name)s, instructions = %(instructions)s, tools = %(tools)s,
        auto_approve = %(auto_approve)s, status = %(status)s, updated_at = now()
@@ -11,9 +13,11 @@ UPDATE agents
 RETURNING *;
 
 -- name: get_agent
+-- One agent of the tenant (another tenant's is not found).
 SELECT * FROM agents WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 
 -- name: list_agents
+-- A tenant's agents newest first (ids are UUIDv7), optionally by name, a page before the cursor.
 SELECT * FROM agents
  WHERE tenant_id = %(tenant_id)s
    AND (%(name)s::text IS NULL OR name = %(name)s::text)
@@ -24,3 +28,13 @@ SELECT * FROM agents
 -- name: delete_agent
 -- Its schedules go with it (ON DELETE CASCADE); its past runs stay as history.
 DELETE FROM agents WHERE id = %(id)s AND tenant_id = %(tenant_id)s RETURNING id;
+
+-- name: get_agent_for_run
+-- What the worker needs of a run's agent; no tenant filter: the run already names it, and no row
+-- means the agent was deleted.
+SELECT id, name, instructions, tools, auto_approve, status FROM agents WHERE id = %(agent_id)s;
+
+-- name: lock_agent_for_run
+-- Read the agent's status for a run started by hand, holding the row until the run is queued
+-- (a concurrent pause waits, so "paused" is never half-applied).
+SELECT status FROM agents WHERE id = %(agent_id)s FOR SHARE;

@@ -21,7 +21,7 @@ WITH inserted AS (
 )
 SELECT inserted.*, (SELECT count(*) FROM notified) AS notified FROM inserted;
 
--- name: start_agent_run
+-- name: insert_agent_run
 -- POST /v1/agents/{id}/runs in one statement: the tenant's agent, held FOR SHARE until commit
 -- (a pause that commits first is seen, one that comes later waits for this run), the
 -- execution and its queue task unless the agent is paused, NOTIFY at commit; and when nothing
@@ -63,18 +63,18 @@ SELECT agent.status AS agent_status, (SELECT count(*) FROM notified) AS notified
   LEFT JOIN agent ON true
   LEFT JOIN run ON true;
 
--- name: lock_agent_for_run
--- Read the agent's status for a run started by hand, holding the row until the run is queued
--- (a concurrent pause waits, so "paused" is never half-applied).
-SELECT status FROM agents WHERE id = %(agent_id)s FOR SHARE;
-
 -- name: get_execution_by_idempotency_key
+-- The run an earlier request with this Idempotency-Key created, to replay or to refuse a
+-- different body.
 SELECT * FROM executions WHERE tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s;
 
 -- name: get_execution
+-- One run of the tenant (another tenant's is not found).
 SELECT * FROM executions WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 
 -- name: list_executions
+-- A tenant's runs newest first, filtered by agent, schedule, status and age, a page before the
+-- cursor.
 SELECT * FROM executions
  WHERE tenant_id = %(tenant_id)s
    AND (%(agent_id)s::uuid IS NULL OR agent_id = %(agent_id)s::uuid)
@@ -84,3 +84,317 @@ SELECT * FROM executions
    AND (%(cursor)s::uuid IS NULL OR id < %(cursor)s::uuid)
  ORDER BY id DESC
  LIMIT %(limit)s;
+
+-- name: get_execution_status
+-- A run's status alone, no tenant filter: the hub asks on behalf of a tail already scoped to the
+-- run.
+SELECT status FROM executions WHERE id = %(id)s;
+
+-- name: get_execution_tail_state
+-- What a tail needs besides events: whether the run exists for this tenant, its status, and
+-- its last event.
+SELECT e.id, e.status, e.breadcrumb,
+       (SELECT max(seq) FROM run_events r WHERE r.execution_id = e.id) AS last_seq
+  FROM executions e
+ WHERE e.id = %(id)s AND e.tenant_id = %(tenant_id)s;
+
+-- name: claim_queued_executions
+-- The one statement that starts fresh runs: pick up to %(limit)s run tasks (ready ones, then
+-- leftovers an older worker leased and never claimed, once their lease expired; SKIP LOCKED),
+-- insert their idempotency claims (a duplicate inserts nothing and runs nothing), start the
+-- claimed executions with a deadline and run token, write run_start as event 1, drop the
+-- tasks, and return each started run with its agent. Nothing is leased between picking and
+-- claiming, so a worker that dies here either committed (the sweep owns the run from then on)
+-- or did not (the task is still queued).
+WITH ready AS (
+    SELECT name, execution_id FROM queue_tasks
+     WHERE kind = 'run' AND lease_expires_at IS NULL AND available_at <= now()
+     ORDER BY available_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), leftover AS (
+    SELECT name, execution_id FROM queue_tasks
+     WHERE kind = 'run' AND lease_expires_at < now()
+     ORDER BY lease_expires_at
+     LIMIT %(limit)s
+       FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT name, execution_id FROM ready UNION ALL SELECT name, execution_id FROM leftover
+     LIMIT %(limit)s
+), claimed AS (
+    INSERT INTO execution_claims (execution_id, worker_id)
+    SELECT execution_id, %(worker_id)s FROM picked
+    ON CONFLICT (execution_id) DO NOTHING
+    RETURNING execution_id
+), started AS (
+    UPDATE executions e
+       SET status = 'running', started_at = now(), run_token = gen_random_uuid(),
+           deadline = now() + make_interval(mins => e.timeout_minutes)
+      FROM claimed c
+     WHERE e.id = c.execution_id AND e.status = 'queued'
+    RETURNING e.*
+), journaled AS (
+    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
+    SELECT id, 1, NULL, 'run_start',
+           jsonb_build_object('attempt', attempt, 'trigger_type', trigger_type,
+                              'trigger_source', trigger_source, 'worker_id', %(worker_id)s::text)
+      FROM started
+), dropped AS (
+    DELETE FROM queue_tasks q USING picked p WHERE q.name = p.name
+), tails_woken AS (  -- run_start reaches live tails at once, not with the first append
+    SELECT pg_notify('tickwork_events', id::text) FROM started
+)
+SELECT s.*, NULL::bigint AS last_seq, a.id AS agent_found, a.instructions AS agent_instructions,
+       a.tools AS agent_tools, a.auto_approve AS agent_auto_approve,
+       (SELECT count(*) FROM tails_woken) AS tails_woken
+  FROM started s
+  LEFT JOIN agents a ON a.id = s.agent_id;
+
+-- name: claim_resumed_execution
+-- Take a suspended run back to running with a fresh deadline and run token, and drop the
+-- resume task; a second delivery of the same resume finds nothing suspended and does nothing.
+-- The saved state is consumed (deleted) by the claim that takes it: it holds the pending
+-- call's real arguments, which must not stay at rest once the call is decided.
+WITH resumed AS (
+    UPDATE executions e
+       SET status = 'running', breadcrumb = NULL, run_token = %(run_token)s,
+           deadline = now() + make_interval(mins => e.timeout_minutes)
+     WHERE e.id = %(execution_id)s AND e.status = 'completed' AND e.breadcrumb = 'suspended'
+    RETURNING e.*
+), dropped AS (
+    DELETE FROM queue_tasks WHERE name = %(task_name)s
+), consumed AS (
+    DELETE FROM run_states s USING resumed r WHERE s.execution_id = r.id
+    RETURNING s.state
+)
+SELECT resumed.*,
+       (SELECT max(seq) FROM run_events r WHERE r.execution_id = %(execution_id)s) AS last_seq,
+       (SELECT state FROM consumed) AS state,
+       a.status AS approval_status, a.reason AS approval_reason
+  FROM resumed
+  LEFT JOIN approvals a ON a.id = %(task_name)s;
+
+-- name: lock_running_execution
+-- Taken by a suspension's transaction before it saves state (see insert_run_events).
+SELECT id FROM executions
+ WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
+   FOR SHARE;
+
+-- name: lock_execution_if_timed_out
+-- The worker's own deadline: the same verdict the sweep gives, for one execution.
+SELECT id, attempt, max_attempts FROM executions
+ WHERE id = %(execution_id)s AND status = 'running' AND deadline <= now()
+   FOR UPDATE SKIP LOCKED;
+
+-- name: lock_running_execution_for_release
+-- A worker shutting down takes its own unfinished run (still running, still its token) under
+-- the same row lock the sweep takes, so a release and a sweep verdict never both land.
+SELECT id, attempt, max_attempts FROM executions
+ WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
+   FOR UPDATE;
+
+-- name: update_execution_suspended
+-- In one transaction: save the run's state, create the approval (once), journal
+-- approval_required (already appended by the caller in this transaction), and end the
+-- execution as completed with the breadcrumb 'suspended' — no terminal event, no outcome.
+WITH saved AS (
+    INSERT INTO run_states (execution_id, version, state)
+    VALUES (%(execution_id)s, %(version)s, %(state)s)
+    ON CONFLICT (execution_id) DO UPDATE
+       SET version = EXCLUDED.version, state = EXCLUDED.state, saved_at = now()
+), approval AS (
+    INSERT INTO approvals (id, tenant_id, execution_id, tool_call_id, tool, arguments)
+    SELECT %(approval_id)s, e.tenant_id, e.id, %(tool_call_id)s, %(tool)s, %(arguments)s
+      FROM executions e WHERE e.id = %(execution_id)s
+    ON CONFLICT (id) DO NOTHING
+)
+UPDATE executions
+   SET status = 'completed', breadcrumb = 'suspended', outcome = NULL, run_token = NULL,
+       usage = coalesce(%(usage)s::jsonb, usage)  -- the total so far; NULL leaves it
+ WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
+RETURNING id;
+
+-- name: update_resumed_execution_released
+-- A run resumed after a person's decision, released at shutdown: it goes back to its pause
+-- (completed, breadcrumb 'suspended', no token) with the state its resume consumed put back
+-- (the decided call pending in it), the approval keeps its decision, and the resume task
+-- (named by the approval id) is queued again at once for any worker. The tool-call store
+-- replays the approved call if it already ran, so it never runs twice. No new execution: the
+-- decision belongs to this one.
+WITH released AS (
+    UPDATE executions
+       SET status = 'completed', breadcrumb = 'suspended', run_token = NULL
+     WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
+    RETURNING id
+), restored AS (
+    INSERT INTO run_states (execution_id, version, state)
+    SELECT id, %(version)s, %(state)s FROM released
+    ON CONFLICT (execution_id) DO UPDATE
+       SET version = EXCLUDED.version, state = EXCLUDED.state, saved_at = now()
+    RETURNING 1
+), queued AS (
+    INSERT INTO queue_tasks (name, kind, execution_id)
+    SELECT %(approval_id)s, 'resume', id FROM released
+    ON CONFLICT (name) DO NOTHING
+    RETURNING 1
+), notified AS (
+    SELECT pg_notify('tickwork_tasks', 'resume') FROM queued
+), tails_woken AS (
+    SELECT pg_notify('tickwork_events', id::text) FROM released
+)
+SELECT id, (SELECT count(*) FROM restored) AS restored, (SELECT count(*) FROM queued) AS queued,
+       (SELECT count(*) FROM notified) AS notified,
+       (SELECT count(*) FROM tails_woken) AS tails_woken
+  FROM released;
+
+-- name: update_executions_finished
+-- Many runs finished together, in one statement: each run is fenced on its own (only while
+-- running, only with its token), its last events land with its verdict, and tails are woken.
+-- The returned ids are the runs that finished; any other was fenced by the sweep. A run's
+-- usage is its whole total (a resumed run's state carries what it spent before the pause).
+-- The batch is one jsonb array, one object per run with its events nested (sql/finisher.py):
+-- one json.dumps in the worker instead of eleven typed arrays dumped element by element. The
+-- ids are also given as an array (an InitPlan) so executions is reached by its primary key.
+WITH runs AS (
+    SELECT * FROM jsonb_to_recordset(%(runs)s::jsonb)
+             AS r(id uuid, run_token uuid, status text, outcome text, reason text, usage jsonb,
+                  events jsonb)
+), fence AS (
+    SELECT e.id FROM executions e
+      JOIN runs r ON r.id = e.id AND r.run_token = e.run_token
+     WHERE e.status = 'running' AND e.id = ANY (ARRAY(SELECT id FROM runs))
+     ORDER BY e.id
+       FOR UPDATE OF e
+), appended AS (
+    INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
+    SELECT r.id, ev.seq, ev.parent_seq, ev.type, ev.payload
+      FROM runs r
+      JOIN fence f ON f.id = r.id
+     CROSS JOIN LATERAL jsonb_to_recordset(r.events)
+           AS ev(seq integer, parent_seq integer, type text, payload jsonb)
+    ON CONFLICT (execution_id, seq) DO NOTHING
+), finished AS (
+    UPDATE executions e
+       SET status = r.status, outcome = r.outcome, reason = r.reason, finished_at = now(),
+           usage = coalesce(r.usage, e.usage)  -- a NULL usage leaves the column as it is
+      FROM runs r JOIN fence f ON f.id = r.id
+     WHERE e.id = r.id
+    RETURNING e.id
+), notified AS (
+    SELECT pg_notify('tickwork_events', id::text) FROM finished
+)
+SELECT id, (SELECT count(*) FROM notified) AS notified FROM finished;
+
+-- name: update_execution_cancelled
+-- A queued run is cancelled at once (its task removed); a running one is asked to stop; a run
+-- waiting for approval (completed + breadcrumb 'suspended', which the terminal-state trigger
+-- lets change) is cancelled at once: a terminal run_complete is journaled so tails close, its
+-- pending approvals become 'cancelled', its saved state is deleted, and its resume task, if a
+-- decision already queued one, is removed (a resume that slips past finds nothing suspended
+-- and does nothing).
+WITH target AS (
+    SELECT id, status, breadcrumb = 'suspended' AND status = 'completed' AS suspended
+      FROM executions
+     WHERE id = %(id)s AND tenant_id = %(tenant_id)s
+       FOR UPDATE
+), cancelled AS (
+    UPDATE executions e
+       SET status = CASE WHEN t.status = 'running' THEN e.status ELSE 'cancelled' END,
+           outcome = CASE WHEN t.status = 'running' THEN e.outcome ELSE 'cancelled' END,
+           reason = CASE WHEN t.status = 'queued' THEN 'cancelled before it started'
+                         WHEN t.suspended THEN 'cancelled while waiting for approval'
+                         ELSE e.reason END,
+           breadcrumb = CASE WHEN t.suspended THEN NULL ELSE e.breadcrumb END,
+           finished_at = CASE WHEN t.status = 'running' THEN e.finished_at ELSE now() END,
+           cancel_requested_at = coalesce(e.cancel_requested_at, now())
+      FROM target t
+     WHERE e.id = t.id AND (t.status IN ('queued', 'running') OR t.suspended)
+    RETURNING e.*, t.suspended AS was_suspended
+), journaled AS (  -- the API cannot write the journal: the narrow function of migration 0029
+    SELECT journal_run_complete(c.id,
+           jsonb_build_object('status', 'cancelled', 'outcome', 'cancelled', 'by', 'person',
+                              'reason', c.reason, 'usage', c.usage)) AS added
+      FROM cancelled c
+     WHERE c.was_suspended
+), approvals_cancelled AS (
+    UPDATE approvals a
+       SET status = 'cancelled', reason = 'the run was cancelled', decided_at = now()
+      FROM cancelled c
+     WHERE a.execution_id = c.id AND c.was_suspended AND a.status = 'pending'
+    RETURNING 1
+), dropped AS (
+    DELETE FROM queue_tasks q USING cancelled c
+     WHERE q.execution_id = c.id AND c.status = 'cancelled'
+), state_dropped AS (  -- the saved state holds the waiting call's real arguments: never run now
+    DELETE FROM run_states s USING cancelled c
+     WHERE s.execution_id = c.id AND c.was_suspended
+), tails_woken AS (
+    SELECT pg_notify('tickwork_events', id::text) FROM cancelled
+)
+SELECT cancelled.*, (SELECT count(*) FROM tails_woken) AS tails_woken,
+       (SELECT coalesce(sum(added), 0) FROM journaled) AS journaled,
+       (SELECT count(*) FROM approvals_cancelled) AS approvals_cancelled
+  FROM cancelled;
+
+-- name: lock_timed_out_executions
+-- Running executions past their deadline, locked so that two sweepers never judge the same
+-- one. A suspended run is 'completed', never 'running', so it is never swept.
+SELECT id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source, scheduled_for,
+       attempt, max_attempts, timeout_minutes, input, deadline,
+       coalesce(%(now)s::timestamptz, now()) AS sweep_time
+  FROM executions
+ WHERE status = 'running'
+   AND deadline < coalesce(%(now)s::timestamptz, now())
+ ORDER BY deadline
+ LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED;
+
+-- name: update_timed_out_executions_failed
+-- Fail the locked executions and mint their retries through the one minting statement,
+-- fail_and_retry_executions (migration 0041): it re-checks each run (still running and past its
+-- deadline, or, for a release, still holding the caller's run token), journals the end, queues
+-- the retries and wakes workers, so no role needs INSERT on executions to mint a retry. The
+-- sweep's injected clock (or NULL, the database clock) decides the deadline and finished_at.
+SELECT failed_id, retry_id
+  FROM fail_and_retry_executions(%(ids)s::uuid[], %(released)s, %(run_token)s::uuid,
+                                 %(now)s::timestamptz);
+
+-- name: update_own_executions_failed
+-- A worker's door to the same statement (its own deadline, a release): no date, the database
+-- clock decides the deadline (0041).
+SELECT failed_id, retry_id
+  FROM fail_and_retry_executions(%(ids)s::uuid[], %(released)s, %(run_token)s::uuid);
+
+-- name: count_executions_by_state
+-- Every execution by status and outcome (retention bounds the table; a handful of groups).
+SELECT status, coalesce(outcome, 'none') AS outcome, count(*) AS count
+  FROM executions
+ GROUP BY status, outcome
+ ORDER BY status, outcome;
+
+-- name: count_executions_per_minute
+-- Runs created in each minute from %(since)s on, counted by how they ended: the outcome once
+-- there is one, else `waiting` (an approval is pending) or the status (queued, running).
+-- The id bound lets the (tenant_id, id) index range-scan an hour instead of the tenant's whole
+-- history (ids are UUIDv7: their first 48 bits are the creating process's clock in ms); it
+-- starts 10 minutes early so an API host whose clock runs behind the database's loses nothing,
+-- and created_at (the database's clock) decides.
+SELECT date_trunc('minute', created_at) AS minute,
+       coalesce(outcome, CASE WHEN breadcrumb = 'suspended' THEN 'waiting' ELSE status END)
+           AS outcome,
+       count(*) AS runs
+  FROM executions
+ WHERE tenant_id = %(tenant_id)s
+   AND id >= (SELECT (substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-0000-0000-000000000000')::uuid
+                FROM (SELECT lpad(to_hex((extract(epoch FROM %(since)s::timestamptz
+                                                  - interval '10 minutes') * 1000)::bigint),
+                                  12, '0') AS h) AS bound)
+   AND created_at >= %(since)s::timestamptz
+ GROUP BY 1, 2
+ ORDER BY 1, 2;
+
+-- name: delete_finished_executions
+-- Retention: one batch of finished runs past the horizon, oldest first by index, with what
+-- hangs off them (retention_delete_runs, migration 0037). Returns how many went.
+SELECT retention_delete_runs(coalesce(%(now)s::timestamptz, now()) - make_interval(days => %(days)s),
+                             %(limit)s) AS deleted;

@@ -7,16 +7,21 @@ VALUES (%(id)s, %(tenant_id)s, %(agent_id)s, %(cron)s, %(timeout_minutes)s, %(ov
 ON CONFLICT (agent_id, cron) DO NOTHING
 RETURNING *;
 
--- name: find_schedule_by_agent_cron
+-- name: get_schedule_by_agent_cron
+-- The agent's schedule with this cron, to name it in a duplicate's refusal.
 SELECT id FROM schedules WHERE agent_id = %(agent_id)s AND cron = %(cron)s;
 
 -- name: get_schedule
+-- One schedule of the tenant (another tenant's is not found).
 SELECT * FROM schedules WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 
 -- name: lock_schedule
+-- One schedule of the tenant, held until commit so that a PATCH reads and writes the same row
+-- (two concurrent patches do not lose each other's fields).
 SELECT * FROM schedules WHERE id = %(id)s AND tenant_id = %(tenant_id)s FOR UPDATE;
 
 -- name: list_schedules
+-- A tenant's schedules newest first, optionally of one agent, a page before the cursor.
 SELECT * FROM schedules
  WHERE tenant_id = %(tenant_id)s
    AND (%(agent_id)s::uuid IS NULL OR agent_id = %(agent_id)s::uuid)
@@ -25,6 +30,7 @@ SELECT * FROM schedules
  LIMIT %(limit)s;
 
 -- name: update_schedule
+-- Replace a schedule's editable fields (the caller merged the patch and recomputed next_run).
 UPDATE schedules
    SET status = %(status)s, timeout_minutes = %(timeout_minutes)s, overlap = %(overlap)s,
        input = %(input)s, display = %(display)s, next_run = %(next_run)s, updated_at = now()
@@ -32,12 +38,10 @@ UPDATE schedules
 RETURNING *;
 
 -- name: delete_schedule
+-- Remove a tenant's schedule; its past runs stay as history.
 DELETE FROM schedules WHERE id = %(id)s AND tenant_id = %(tenant_id)s RETURNING id;
 
--- name: database_now
-SELECT now() AS now;
-
--- name: schedule_history
+-- name: list_schedule_history
 -- What happened to each fire of a schedule, newest first: executions (cron fires, run-now,
 -- retries) and fires that got no execution of their own (coalesced or skipped), with why.
 SELECT * FROM (
@@ -53,3 +57,84 @@ SELECT * FROM (
 ) AS history
  ORDER BY scheduled_for DESC, recorded_at DESC
  LIMIT %(limit)s;
+
+-- name: claim_due_schedules
+-- Lock a batch of due, active schedules; other dispatchers skip them and take the next batch.
+-- tick_time is the one clock of the tick: the caller's fixed time in tests, else the
+-- database's now(), read inside this transaction. unfinished_execution_id is only looked up
+-- for overlap = 'skip' (from a partial index of unfinished runs).
+SELECT s.id, s.tenant_id, s.agent_id, s.cron, s.next_run, s.overlap,
+       a.status AS agent_status,
+       CASE WHEN s.overlap = 'skip' THEN
+           (SELECT e.id FROM executions e
+             WHERE e.schedule_id = s.id AND e.status IN ('queued', 'running')
+             LIMIT 1)
+       END AS unfinished_execution_id,
+       coalesce(%(now)s::timestamptz, now()) AS tick_time
+  FROM schedules s
+  JOIN agents a ON a.id = s.agent_id
+ WHERE s.status = 'active'
+   AND s.next_run <= coalesce(%(now)s::timestamptz, now())
+ ORDER BY s.next_run
+ LIMIT %(limit)s
+   FOR UPDATE OF s SKIP LOCKED;
+
+-- name: update_claimed_schedules
+-- In one statement of the claiming transaction: advance next_run, insert one execution per
+-- firing schedule, name a queue task after each new execution, record skipped fires, and
+-- NOTIFY workers (delivered at commit). ON CONFLICT on the one-per-fire index turns a racing
+-- writer into a no-op instead of a duplicate.
+WITH plan AS (
+    SELECT * FROM unnest(%(schedule_ids)s::uuid[], %(next_runs)s::timestamptz[],
+                         %(fire_ats)s::timestamptz[], %(execution_ids)s::uuid[],
+                         %(fires)s::integer[])
+             AS p(schedule_id, next_run, fire_at, execution_id, fires)
+), advanced AS (
+    UPDATE schedules s
+       SET next_run = p.next_run,
+           last_run = coalesce(p.fire_at, s.last_run),
+           updated_at = now()
+      FROM plan p
+     WHERE s.id = p.schedule_id
+       -- The ANY() lets the planner use the primary key; a bare join to the unnest() can
+       -- choose a hash join over the whole table, which grows with schedules that are not due.
+       AND s.id = ANY (%(schedule_ids)s::uuid[])
+), inserted AS (
+    INSERT INTO executions (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
+                            scheduled_for, fires, max_attempts, timeout_minutes, input)
+    SELECT p.execution_id, s.tenant_id, s.agent_id, s.id, 'schedule', 'cron',
+           p.fire_at, p.fires, s.max_attempts, s.timeout_minutes, s.input
+      FROM plan p JOIN schedules s ON s.id = p.schedule_id
+     WHERE p.fire_at IS NOT NULL
+       AND s.id = ANY (%(schedule_ids)s::uuid[])
+    ON CONFLICT (schedule_id, scheduled_for) WHERE retry_of IS NULL AND trigger_source = 'cron'
+    DO NOTHING
+    RETURNING id
+), queued AS (
+    -- No ON CONFLICT here: a task is named after an execution this statement just inserted
+    -- under a freshly minted id, so no task can hold that name yet. A speculative insert would
+    -- cost a second WAL record per row (HEAP_CONFIRM) and an extra probe of the primary key.
+    INSERT INTO queue_tasks (name, kind, execution_id)
+    SELECT id::text, 'run', id FROM inserted
+    RETURNING 1
+), skipped AS (
+    INSERT INTO skipped_fires (schedule_id, scheduled_for, tenant_id, reason, execution_id)
+    SELECT k.schedule_id, k.scheduled_for, s.tenant_id, k.reason, k.execution_id
+      FROM unnest(%(skip_schedule_ids)s::uuid[], %(skip_times)s::timestamptz[],
+                  %(skip_reasons)s::text[], %(skip_execution_ids)s::uuid[])
+           AS k(schedule_id, scheduled_for, reason, execution_id)
+      JOIN schedules s ON s.id = k.schedule_id AND s.id = ANY (%(schedule_ids)s::uuid[])
+    ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
+    RETURNING 1
+), notified AS (
+    SELECT pg_notify('tickwork_tasks', 'run') FROM (SELECT 1 FROM queued LIMIT 1) AS any_queued
+)
+SELECT (SELECT count(*) FROM inserted) AS created,
+       (SELECT count(*) FROM queued) AS queued,
+       (SELECT count(*) FROM skipped) AS skipped,
+       (SELECT count(*) FROM notified) AS notified;
+
+-- name: delete_schedules_of_missing_agent
+-- A run that finds its agent gone removes that agent's schedules itself, through the narrow
+-- function of migration 0029 (the worker may not delete schedules).
+SELECT remove_schedules_of_missing_agent(%(agent_id)s) AS removed;

@@ -230,7 +230,7 @@ async def test_the_tick_reads_only_due_schedules_whatever_the_number_not_due(db_
         cache = CronCache()
         plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=10) for row in rows]
         assert sorted(p.schedule_id for p in plans) == sorted(due_ids)
-        nodes = _explain(conn, QUERIES["record_tick_batch"], batch_params(plans))
+        nodes = _explain(conn, QUERIES["update_claimed_schedules"], batch_params(plans))
         scans = [n for n in nodes
                  if n.get("Relation Name") == "schedules" and n["Node Type"].endswith("Scan")]
         assert scans and all(n["Node Type"] in ("Index Scan", "Bitmap Heap Scan") for n in scans)

@@ -56,11 +56,11 @@ def test_a_query_without_a_tenant_filter_sees_only_the_scoped_tenants_rows(grant
     a, b = two_tenants
     with psycopg.connect(granted["tickwork_api"]) as conn:
         with conn.transaction():
-            conn.execute(QUERIES["scope_to_tenant"], {"tenant_id": a})
+            conn.execute(QUERIES["set_tenant_scope"], {"tenant_id": a})
             for table in WALLED:
                 assert tenants_seen(conn, table) == [a], table
         with conn.transaction():
-            conn.execute(QUERIES["scope_to_tenant"], {"tenant_id": b})
+            conn.execute(QUERIES["set_tenant_scope"], {"tenant_id": b})
             assert tenants_seen(conn, "executions") == [b, b]
         # The key was transaction-local: the next transaction, and one with no key, see nothing.
         with conn.transaction():
@@ -72,12 +72,12 @@ def test_writes_outside_the_scoped_tenant_change_nothing_or_are_refused(granted,
     a, b = two_tenants
     with psycopg.connect(granted["tickwork_api"]) as conn:
         with conn.transaction():
-            conn.execute(QUERIES["scope_to_tenant"], {"tenant_id": a})
+            conn.execute(QUERIES["set_tenant_scope"], {"tenant_id": a})
             assert conn.execute("UPDATE agents SET name = 'renamed'").rowcount == 1
             assert conn.execute("DELETE FROM schedules").rowcount == 1
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
             with conn.transaction():
-                conn.execute(QUERIES["scope_to_tenant"], {"tenant_id": a})
+                conn.execute(QUERIES["set_tenant_scope"], {"tenant_id": a})
                 conn.execute("INSERT INTO agents (id, tenant_id, name) VALUES (%s, %s, 'x')",
                              (new_id(), b))
     with psycopg.connect(db_url) as conn:

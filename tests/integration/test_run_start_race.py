@@ -28,7 +28,7 @@ async def test_a_same_key_request_that_waited_on_the_first_answers_with_its_run(
         tenant_id = first.execute("SELECT tenant_id FROM agents WHERE id = %s",
                                   (agent["id"],)).fetchone()[0]
         # The key's first request, inside its transaction and not yet committed.
-        first.execute(QUERIES["start_agent_run"], {
+        first.execute(QUERIES["insert_agent_run"], {
             "id": first_id, "tenant_id": tenant_id, "agent_id": agent["id"], "max_attempts": 3,
             "timeout_minutes": 5, "input": Jsonb({}), "idempotency_key": "raced",
             "request_hash": body_hash})

@@ -201,7 +201,7 @@ async def test_finished_deliveries_leave_the_log_after_the_keep_days_pending_one
         first = scalar(db_url, "SELECT max(next_attempt_at) FROM webhook_deliveries")
         attempts = await deliverer.deliver_once(now=first)
     assert sorted(a.status for a in attempts) == ["delivered", "pending"]
-    prune = QUERIES["prune_webhook_deliveries"]
+    prune = QUERIES["delete_old_webhook_deliveries"]
     async with pool.connection() as conn:
         await conn.execute(prune, {"now": first + timedelta(days=6), "keep_days": 7,
                                    "limit": 100})

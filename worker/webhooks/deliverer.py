@@ -80,7 +80,7 @@ class Deliverer:
                                        headers(row["id"], row["secret"], body, sent_at))
         delivered = code is not None and 200 <= code < 300
         async with self._pool.connection() as conn:
-            recorded = await (await conn.execute(QUERIES["record_webhook_attempt"], {
+            recorded = await (await conn.execute(QUERIES["update_webhook_delivery_attempt"], {
                 "id": row["id"], "attempt": row["attempts"], "delivered": delivered,
                 "now": now, "horizon_seconds": HORIZON_SECONDS,
                 "retry_seconds": retry_delay(row["attempts"]), "status_code": code,
@@ -160,7 +160,7 @@ class Deliverer:
     async def _prune(self) -> None:
         try:
             async with self._pool.connection() as conn:
-                await conn.execute(QUERIES["prune_webhook_deliveries"], {
+                await conn.execute(QUERIES["delete_old_webhook_deliveries"], {
                     "now": None, "keep_days": self._settings.webhook_keep_days, "limit": 1000})
         except psycopg.Error as exc:
             log.warning("webhook_prune_failed", error=type(exc).__name__)

@@ -21,14 +21,14 @@ class ToolContext(Protocol):
 @tool("read")
 async def get_record(ctx: ToolContext, id: int) -> dict[str, Any] | None:
     """Fetch one demo record by id."""
-    cursor = await ctx.conn.execute(QUERIES["demo_get_record"], {"id": id})
+    cursor = await ctx.conn.execute(QUERIES["get_demo_record"], {"id": id})
     return await cursor.fetchone()
 
 
 @tool("read")
 async def list_records(ctx: ToolContext, offset: int = 0, limit: int = 20) -> list[dict[str, Any]]:
     """List demo records in id order."""
-    cursor = await ctx.conn.execute(QUERIES["demo_list_records"],
+    cursor = await ctx.conn.execute(QUERIES["list_demo_records"],
                                     {"offset": max(offset, 0), "limit": max(min(limit, 1000), 0)})
     return await cursor.fetchall()
 
@@ -36,7 +36,7 @@ async def list_records(ctx: ToolContext, offset: int = 0, limit: int = 20) -> li
 @tool("read")
 async def search_records(ctx: ToolContext, query: str, limit: int = 20) -> list[dict[str, Any]]:
     """Find demo records whose title, category or body contains the query text."""
-    cursor = await ctx.conn.execute(QUERIES["demo_search_records"],
+    cursor = await ctx.conn.execute(QUERIES["list_demo_records_matching"],
                                     {"query": query, "limit": max(min(limit, 1000), 0)})
     return await cursor.fetchall()
 
@@ -44,7 +44,7 @@ async def search_records(ctx: ToolContext, query: str, limit: int = 20) -> list[
 @tool("send")
 async def send_message(ctx: ToolContext, recipient: str, text: str) -> dict[str, Any]:
     """Deliver a message (a row in demo_outbox)."""
-    cursor = await ctx.conn.execute(QUERIES["demo_send_message"], {
+    cursor = await ctx.conn.execute(QUERIES["insert_demo_outbox_message"], {
         "id": new_id(), "execution_id": ctx.execution_id, "recipient": recipient, "text": text})
     row = await cursor.fetchone()
     return {"delivered": True, "message_id": str(row["id"])}

@@ -1,4 +1,40 @@
--- name: read_metric_gauges
+-- Statements with no table of their own: the session's settings and LISTENs, the clock, and
+-- the reads and upkeep that span tables (metrics, retention's one call).
+
+-- name: set_tenant_scope
+-- Row-level security's key for this transaction only (migration 0031): the tenant it works for.
+SELECT set_config('app.tenant_id', %(tenant_id)s::text, true);
+
+-- name: set_all_tenants_scope
+-- This transaction spans tenants by design (the tick, metrics, the tail's hub).
+SELECT set_config('app.all_tenants', 'on', true);
+
+-- name: set_partition_lock_timeout
+-- Partition DDL locks the whole journal; waiting for that lock would queue every append behind
+-- it, so it waits this long at most (the rest of the transaction is the function call).
+SELECT set_config('lock_timeout', %(lock_timeout)s, true);
+
+-- name: get_database_now
+-- The database's clock: the one clock schedules are computed against (app hosts' clocks drift).
+SELECT now() AS now;
+
+-- name: get_current_minute
+-- The current minute by the database clock (or the caller's), where the chart's window ends.
+SELECT date_trunc('minute', coalesce(%(now)s::timestamptz, now())) AS minute;
+
+-- name: listen_for_tasks
+-- Workers wake on this channel when a run or resume task is queued (NOTIFY at commit).
+LISTEN tickwork_tasks;
+
+-- name: listen_for_events
+-- The tail's hub wakes on this channel when a run's journal grows or the run ends.
+LISTEN tickwork_events;
+
+-- name: listen_for_webhooks
+-- The enqueue triggers (migration 0034) notify here at commit.
+LISTEN tickwork_webhooks;
+
+-- name: get_metric_gauges
 -- The scalar gauges of one scrape, in one round trip; each subquery reads a partial index or a
 -- bounded range.
 --   queue_*: unleased tasks, from queue_tasks_ready_idx (a task leased by a worker is not
@@ -28,24 +64,7 @@ SELECT
         AND pid <> pg_backend_pid()
         AND xact_start IS NOT NULL) AS oldest_transaction_age_seconds;
 
--- name: count_executions_by_state
--- Every execution by status and outcome (retention bounds the table; a handful of groups).
-SELECT status, coalesce(outcome, 'none') AS outcome, count(*) AS count
-  FROM executions
- GROUP BY status, outcome
- ORDER BY status, outcome;
-
--- name: count_recent_refusals_and_verdicts
--- Wall refusals by wall and gate decisions by verdict over the last hour, from the partial
--- index run_events_metrics_ts_idx. The values come from a closed set in the worker; the LIMIT
--- and left() bound what a scrape can return even if a payload were odd.
-SELECT type,
-       left(coalesce(CASE type WHEN 'budget_refusal' THEN payload->>'wall'
-                               ELSE payload->>'verdict' END, 'unknown'), 64) AS label,
-       count(*) AS count
-  FROM run_events
- WHERE type IN ('budget_refusal', 'gate_decision')
-   AND ts >= now() - interval '1 hour'
- GROUP BY 1, 2
- ORDER BY 1, 2
- LIMIT 200;
+-- name: delete_expired_history
+-- The HTTP tick's retention (the API's role): one batch of everything above in one narrow
+-- function on the database clock (migrations 0029, 0037).
+SELECT retention_upkeep(%(days)s, %(limit)s) AS deleted;

@@ -161,6 +161,58 @@ def test_the_writer_scan_catches_a_misspelt_word():
         "complete", "plan_opened", "stalledout", "timedout"]
 
 
+# A field compared with a literal word anywhere in the code, and the words it can hold.
+# "status" names several columns (runs, approvals, schedules, agents, deliveries, plan steps,
+# all within these), so it is checked against their union.
+COMPARED_FIELDS = {
+    "status": v.RUN_STATUSES | v.APPROVAL_STATUSES | v.SCHEDULE_STATUSES | v.AGENT_STATUSES
+    | v.DELIVERY_STATUSES,
+    "outcome": v.OUTCOMES, "breadcrumb": v.BREADCRUMBS, "verdict": v.GATE_VERDICTS,
+    "overlap": v.OVERLAPS, "trigger_type": v.TRIGGER_TYPES, "trigger_source": v.TRIGGER_SOURCES,
+}
+# Fields of the same name that are not stored words: the embedded server's own status file.
+NOT_STORED = {("tickwork/embedded.py", "status")}
+
+
+def _field(node: ast.AST) -> str | None:
+    """The field a comparison reads: row["f"], row.get("f"), obj.f or a variable f."""
+    if isinstance(node, ast.Subscript):
+        return _text(node.slice)
+    if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and node.args:
+        return _text(node.args[0])
+    return getattr(node, "attr", None) or getattr(node, "id", None)
+
+
+def compared_fields(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, field, word) for every literal a COMPARED_FIELDS field is compared with."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare) or _field(node.left) not in COMPARED_FIELDS:
+            continue
+        for right in node.comparators:
+            items = right.elts if isinstance(right, (ast.Tuple, ast.Set, ast.List)) else [right]
+            found += [(node.lineno, _field(node.left), _text(i)) for i in items
+                      if _text(i) is not None]
+    return found
+
+
+def test_every_status_outcome_or_breadcrumb_the_code_compares_with_is_a_known_word():
+    hits = [(str(path.relative_to(ROOT)), line, name, word) for path in code_files()
+            for line, name, word in compared_fields(ast.parse(path.read_text()))]
+    checked = [hit for hit in hits if (hit[0], hit[2]) not in NOT_STORED]
+    assert {hit[2] for hit in checked} >= {"status", "outcome", "breadcrumb", "verdict"}, checked
+    unknown = [hit for hit in checked if hit[3] not in COMPARED_FIELDS[hit[2]]]
+    assert unknown == [], f"words outside their sql/vocabulary.py vocabulary: {unknown}"
+
+
+def test_the_comparison_scan_catches_a_misspelt_word():
+    source = ('if run["breadcrumb"] == "suspend": pass\n'
+              'if row.get("status") in ("failed", "canceled"): pass\n'
+              'if decision.verdict == "done": pass\n')
+    assert [w for _, name, w in compared_fields(ast.parse(source))
+            if w not in COMPARED_FIELDS[name]] == ["suspend", "canceled"]
+
+
 def test_the_stop_gate_s_judge_verdicts_are_gate_verdicts():
     from tickwork.worker.stop_gate import VERDICTS
     assert set(VERDICTS) <= v.GATE_VERDICTS and len(VERDICTS) == 3

@@ -1,8 +1,8 @@
 """Running one tool call of a tool the agent has: check its arguments, run it, offload big
 results. (Calls of tools the agent does not have are refused before they get here.)
 
-Every agent has the local tools (update_plan, read_file, query_file, task_complete) whether or
-not it lists them: an offloaded result tells the model to use read_file/query_file, and the
+Every agent has the local tools (worker/tools/local.py LOCAL_TOOLS) whether or not it lists
+them: an offloaded result tells the model to use read_file/query_file, and the
 plan is how the stop gate is steered. Arguments that do not fit give a result that says
 plainly the call did NOT execute and what to do instead; a tool that raises returns its error
 type and message; a vendor tool that does not finish within the per-call timeout is stopped
@@ -112,8 +112,10 @@ class ToolBox:
         return ToolOutcome(text, True)
 
     async def _invoke(self, spec: ToolSpec, arguments: dict[str, Any], conn: Any, step: int) -> Any:
-        if spec.is_local:
-            return await self._local(spec.key, arguments, conn)
+        if spec.is_local:  # run here, in the worker, never metered (worker/tools/local.py)
+            return await spec.function(local.LocalContext(
+                conn, self._execution_id, self._plan, max_chars=self._threshold,
+                query_limits=self._query_limits), **arguments)
         context = ToolContext(conn, self._execution_id, f"{self._execution_id}:{step}",
                               self._pool)
         try:
@@ -123,17 +125,3 @@ class ToolBox:
                 f"The call to {spec.key} was stopped after {self._timeout:g} s without "
                 "finishing. It may or may not have had an effect: check before repeating it, "
                 "or continue without it.") from None
-
-    async def _local(self, key: str, arguments: dict[str, Any], conn: Any) -> Any:
-        """Local tools run here, in the worker; they are never metered."""
-        if key == "update_plan":
-            return await local.update_plan(self._plan, **arguments)
-        if key == "task_complete":
-            return await local.task_complete(**arguments)
-        if key == "read_file":
-            return await local.read_file(conn, self._execution_id, max_chars=self._threshold,
-                                         **arguments)
-        if key == "query_file":
-            return await local.query_file(conn, self._execution_id, limits=self._query_limits,
-                                          **arguments)
-        raise local.ToolInputError(f"{key} is not a local tool")

@@ -27,9 +27,8 @@ from typing import Any
 
 from tickwork.worker.model import ToolCall, canonical_name
 from tickwork.worker.sql_shape import sql_shape
+from tickwork.worker.tools.local import QUERY_LOOP_TOOLS
 from tickwork.worker.tools.registry import ToolSpec
-
-QUERY_TOOL = "query_file"
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ def query_key(arguments: dict[str, Any]) -> str:
 
 
 def _is_query(spec: ToolSpec) -> bool:
-    return spec.is_local and spec.key == QUERY_TOOL
+    return spec.is_local and spec.key in QUERY_LOOP_TOOLS
 
 
 def check_call(call: ToolCall, spec: ToolSpec, meter: Meter,

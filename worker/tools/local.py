@@ -1,9 +1,12 @@
-"""Local tools: run inside the worker, never metered.
+"""Local tools: declared once here (LOCAL_TOOLS), run inside the worker, never metered.
 
 ``update_plan`` and ``task_complete`` are bookkeeping the stop gate reads; ``read_file`` and
 ``query_file`` reach results that were offloaded (worker/tools/offload.py) because they were
 too large for the message history. Each returns a JSON-able value; bad input raises
 ToolInputError, whose sentence goes back to the model so it can correct the call.
+
+LOCAL_TOOLS is the one declaration of each local tool (name, class, description, arguments,
+handler): the catalog (worker/tools/registry.py), the toolbox and the walls all read it.
 
 No transaction is held anywhere here: the stored result is fetched with one autocommit read,
 and SQL over it runs in an in-memory SQLite database in a child process, with no Postgres
@@ -12,11 +15,14 @@ involved.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Literal
 from uuid import UUID
 
 from psycopg import AsyncConnection
+from pydantic import BaseModel, ConfigDict
 
+from tickwork.sql.vocabulary import ToolClass
 from tickwork.worker.tools.offload import OFFLOAD_THRESHOLD_CHARS, load_result, render_result
 from tickwork.worker.tools.sandbox import QueryLimits, run_query
 from tickwork.worker.tools.sqlbox import QueryError, check_select
@@ -24,6 +30,59 @@ from tickwork.worker.tools.sqlbox import QueryError, check_select
 
 class ToolInputError(ValueError):
     """The model's arguments cannot be acted on; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class LocalContext:
+    """What a local tool receives besides its arguments, from the run's toolbox."""
+
+    conn: Any  # one statement per pooled connection (sql.db.PerStatement)
+    execution_id: UUID
+    plan: dict[str, Any]  # the run's plan state, which update_plan replaces
+    max_chars: int  # the offload threshold: read_file's reply must render within it
+    query_limits: QueryLimits
+
+
+# Their arguments are declared so that the model sees them and so that it can pass nothing
+# else (no limits of its own choosing).
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PlanStep(_Strict):
+    title: str
+    status: Literal["pending", "in_progress", "completed"]
+
+
+class UpdatePlanArguments(_Strict):
+    steps: list[PlanStep]
+
+
+class TaskCompleteArguments(_Strict):
+    summary: str = ""
+
+
+class ReadFileArguments(_Strict):
+    file_ref: str
+    offset: int = 0
+    limit: int = 4000
+
+
+class QueryFileArguments(_Strict):
+    file_ref: str
+    sql: str
+
+
+@dataclass(frozen=True)
+class LocalTool:
+    """One local tool, declared once."""
+
+    name: str
+    tool_class: ToolClass
+    description: str
+    arguments: type[BaseModel]  # validates what the model passes; its schema is what it sees
+    run: Callable[..., Awaitable[Any]]  # run(context: LocalContext, **arguments)
+    query_loop: bool = False  # met by the query-loop wall (worker/walls.py), keyed by SQL shape
 
 
 PLAN_STATUSES = ("pending", "in_progress", "completed")
@@ -120,3 +179,20 @@ def _whole(value: Any, name: str, minimum: int) -> int:
     if number is None or number < minimum:
         raise ToolInputError(f"{name} must be a whole number of at least {minimum}")
     return number
+
+
+LOCAL_TOOLS: tuple[LocalTool, ...] = (
+    LocalTool("update_plan", "write", "Record the plan: steps with title and status.",
+              UpdatePlanArguments, lambda ctx, **arguments: update_plan(ctx.plan, **arguments)),
+    LocalTool("task_complete", "write", "Declare the task complete.", TaskCompleteArguments,
+              lambda ctx, **arguments: task_complete(**arguments)),
+    LocalTool("read_file", "read", "Read a stored tool result by its file reference.",
+              ReadFileArguments, lambda ctx, **arguments: read_file(
+                  ctx.conn, ctx.execution_id, max_chars=ctx.max_chars, **arguments)),
+    LocalTool("query_file", "read", "Run one SQL SELECT over a stored tool result, seen as a "
+              "table named result.", QueryFileArguments, lambda ctx, **arguments: query_file(
+                  ctx.conn, ctx.execution_id, limits=ctx.query_limits, **arguments),
+              query_loop=True),
+)
+# The local tools the query-loop wall meters (worker/walls.py); every other one is never metered.
+QUERY_LOOP_TOOLS = frozenset(tool.name for tool in LOCAL_TOOLS if tool.query_loop)

@@ -11,11 +11,12 @@ import importlib
 import inspect
 import pkgutil
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, create_model
 
 from tickwork.sql.vocabulary import ToolClass
+from tickwork.worker.tools.local import LOCAL_TOOLS
 
 _MARK = "__tickwork_tool_class__"
 _APPROVAL = "__tickwork_approval__"
@@ -86,46 +87,13 @@ def vendor_tools(package: str = "tickwork.worker.vendors") -> list[ToolSpec]:
     return specs
 
 
-# Harness tools, run inside the worker and never metered. Their arguments are declared here so
-# that the model sees them and so that it can pass nothing else (no limits of its own choosing).
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class PlanStep(_Strict):
-    title: str
-    status: Literal["pending", "in_progress", "completed"]
-
-
-class UpdatePlanArguments(_Strict):
-    steps: list[PlanStep]
-
-
-class TaskCompleteArguments(_Strict):
-    summary: str = ""
-
-
-class ReadFileArguments(_Strict):
-    file_ref: str
-    offset: int = 0
-    limit: int = 4000
-
-
-class QueryFileArguments(_Strict):
-    file_ref: str
-    sql: str
-
-
-LOCAL_TOOLS = (
-    ("update_plan", "write", "Record the plan: steps with title and status.", UpdatePlanArguments),
-    ("task_complete", "write", "Declare the task complete.", TaskCompleteArguments),
-    ("read_file", "read", "Read a stored tool result by its file reference.", ReadFileArguments),
-    ("query_file", "read", "Run one SQL SELECT over a stored tool result, seen as a table "
-                           "named result.", QueryFileArguments),
-)
+def local_tools() -> list[ToolSpec]:
+    """The harness's own tools (worker/tools/local.py LOCAL_TOOLS), run inside the worker; a
+    local spec's function is the tool's handler, called with a LocalContext."""
+    return [ToolSpec(tool.name, tool.tool_class, True, tool.description,
+                     schema_of(tool.arguments), tool.run, tool.arguments)
+            for tool in LOCAL_TOOLS]
 
 
 def catalog() -> list[ToolSpec]:
-    local = [ToolSpec(key, cls, True, text, schema_of(model), None, model)  # type: ignore[arg-type]
-             for key, cls, text, model in LOCAL_TOOLS]
-    return sorted(local + vendor_tools(), key=lambda spec: spec.key)
+    return sorted(local_tools() + vendor_tools(), key=lambda spec: spec.key)

@@ -5,7 +5,7 @@ worker's (worker/webhooks/); events are queued by triggers in the database (migr
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import urlsplit
 from uuid import UUID
 
@@ -17,8 +17,9 @@ from tickwork.scheduler.serialize import pick
 from tickwork.sql import QUERIES
 from tickwork.sql.errors import Conflict, InvalidInput, NotFound
 from tickwork.sql.ids import new_id
+from tickwork.sql.vocabulary import WebhookEvent
 
-EVENTS = ("approval.required", "run.failed", "run.completed", "run.cancelled")
+EVENTS: tuple[WebhookEvent, ...] = get_args(WebhookEvent)
 MAX_URL_CHARS = 2000
 MAX_PER_TENANT = 20
 WEBHOOK_FIELDS = ("id", "url", "events", "created_at")

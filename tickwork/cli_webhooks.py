@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, get_args
 from uuid import UUID
 
 import typer
@@ -11,9 +11,10 @@ from rich.table import Table
 from tickwork.cli_resources import JSON_OPTION, print_items
 from tickwork.client import ApiClient, ApiError, fail
 from tickwork.local_zone import machine_zone
+from tickwork.sql.vocabulary import WebhookEvent
 from tickwork.terminal_text import plain_cells
 
-EVENTS = ("approval.required", "run.failed", "run.completed", "run.cancelled")
+EVENTS = get_args(WebhookEvent)
 webhook_app = typer.Typer(help="Webhooks: signed POSTs when a person is needed or a run ends.",
                           no_args_is_help=True)
 

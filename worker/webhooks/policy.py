@@ -9,6 +9,8 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
+from tickwork.sql.vocabulary import WebhookEvent
+
 # Seconds to wait after the n-th failed attempt (n = 1, 2, ...): the first two retries come
 # within a minute (10 s, then 30 s later), then the waits grow to six hours and stay there.
 RETRY_DELAYS = (10, 30, 120, 300, 900, 1800, 3600, 7200, 14400, 21600)
@@ -26,7 +28,8 @@ def utc_text(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def delivery_body(delivery_id: Any, kind: str, created_at: datetime, data: dict) -> bytes:
+def delivery_body(delivery_id: Any, kind: WebhookEvent, created_at: datetime,
+                  data: dict) -> bytes:
     """The POST body: the same bytes on every attempt of one delivery."""
     document = {"id": str(delivery_id), "type": kind, "created_at": utc_text(created_at),
                 "data": data}

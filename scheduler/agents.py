@@ -34,7 +34,7 @@ def agent_not_found(agent_id: object) -> NotFound:
 async def check_tools(conn: AsyncConnection, keys: list[str]) -> None:
     if not keys:
         return
-    cursor = await conn.execute(QUERIES["find_unknown_tools"], {"keys": sorted(set(keys))})
+    cursor = await conn.execute(QUERIES["list_unknown_tools"], {"keys": sorted(set(keys))})
     unknown = [row["key"] for row in await cursor.fetchall()]
     if unknown:
         raise UnknownTools(unknown)

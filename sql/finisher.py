@@ -41,7 +41,7 @@ async def write_finishes(pool: AsyncConnectionPool, batch: list[Finish]) -> set[
                         "status": i.status, "outcome": i.outcome, "reason": i.reason,
                         "usage": i.usage, "events": event_rows(i.events)} for i in batch])
     async with pool.connection() as conn:
-        cursor = await conn.execute(QUERIES["finish_runs"], {"runs": runs})
+        cursor = await conn.execute(QUERIES["update_executions_finished"], {"runs": runs})
         return {row["id"] for row in await cursor.fetchall()}
 
 

@@ -208,7 +208,7 @@ class RunJournal:
                     raise RunFenced(f"execution {self.execution_id} is no longer running")
                 await self._append(conn, self._pending)
                 await failpoints.hit("approval.after_pause_before_state_commit")
-                cursor = await conn.execute(QUERIES["suspend_for_approval"], {
+                cursor = await conn.execute(QUERIES["update_execution_suspended"], {
                     "execution_id": self.execution_id, "run_token": self.run_token,
                     "version": version, "state": Jsonb(state), "approval_id": approval_id,
                     "tool_call_id": tool_call_id, "tool": tool, "arguments": Jsonb(arguments),
@@ -244,7 +244,7 @@ class RunJournal:
     async def _append(self, conn: AsyncConnection, events: list[PendingEvent]) -> dict[str, Any]:
         # The buffer is cleared only after success, so a retry after a lost connection appends
         # the same events again, idempotently.
-        cursor = await conn.execute(QUERIES["append_run_events"], {
+        cursor = await conn.execute(QUERIES["insert_run_events"], {
             "execution_id": self.execution_id, "run_token": self.run_token,
             "events": json.dumps(event_rows(events))})
         return await cursor.fetchone()

@@ -48,8 +48,9 @@ SELECT type,
  LIMIT 200;
 
 -- name: update_journal_partitions
--- Create the coming months' journal partitions and drop those past retention (migration 0018's
--- function; 0028 keeps months that still hold live runs).
+-- Create the coming months' journal partitions and drop those past retention, keeping a month
+-- that still holds a run not finished (0028); a change that cannot get its lock within
+-- lock_timeout is skipped this tick and named in `skipped` (0037).
 SELECT created, dropped, skipped
   FROM manage_journal_partitions(coalesce(%(now)s::timestamptz, now()), %(months_ahead)s,
                                  %(days)s);

@@ -120,13 +120,26 @@ PAYLOAD_WORDS = {("gate_decision", "verdict"): v.GATE_VERDICTS,
                  ("run_complete", "outcome"): v.OUTCOMES}
 
 
+# Keys whose literal value is a stored word wherever a dict or a keyword gives one ("status"
+# is not among them: it is also an HTTP health word and a CLI option name).
+KEYED_WORDS = {"outcome": v.OUTCOMES, "breadcrumb": v.BREADCRUMBS, "verdict": v.GATE_VERDICTS,
+               "trigger_type": v.TRIGGER_TYPES, "trigger_source": v.TRIGGER_SOURCES}
+
+
 def written_words(tree: ast.AST) -> list[tuple[int, str, str, frozenset[str]]]:
     """(line, what, word, vocabulary) for every literal status, outcome or verdict written
-    through WRITERS or into an event payload named in PAYLOAD_WORDS."""
+    through WRITERS, into an event payload named in PAYLOAD_WORDS, or under a KEYED_WORDS key
+    of a dict literal or a call's keyword."""
     found = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            found += [(node.lineno, _text(k), _text(value), KEYED_WORDS[_text(k)])
+                      for k, value in zip(node.keys, node.values)
+                      if _text(k) in KEYED_WORDS and _text(value) is not None]
         if not isinstance(node, ast.Call):
             continue
+        found += [(node.lineno, k.arg, _text(k.value), KEYED_WORDS[k.arg]) for k in node.keywords
+                  if k.arg in KEYED_WORDS and _text(k.value) is not None]
         name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
         for position, keyword, words in WRITERS.get(name, []):
             given = [k.value for k in node.keywords if k.arg == keyword]
@@ -155,10 +168,12 @@ def test_the_writer_scan_catches_a_misspelt_word():
     source = ('RunOutcome("complete", "done", None, "")\n'
               'GateDecision("stalled_out", True, "stalledout", "", None, False)\n'
               'journal.finish(status="failed", outcome="timedout")\n'
-              'journal.emit("gate_decision", {"verdict": "plan_opened"})\n')
+              'journal.emit("gate_decision", {"verdict": "plan_opened"})\n'
+              'insert_run(fields={"trigger_type": "schedule", "trigger_source": "by_hand"})\n'
+              'log.info("run_finished", breadcrumb="suspend")\n')
     found = written_words(ast.parse(source))
-    assert sorted(word for _, _, word, words in found if word not in words) == [
-        "complete", "plan_opened", "stalledout", "timedout"]
+    assert sorted({word for _, _, word, words in found if word not in words}) == [
+        "by_hand", "complete", "plan_opened", "stalledout", "suspend", "timedout"]
 
 
 # A field compared with a literal word anywhere in the code, and the words it can hold.

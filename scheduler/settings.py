@@ -1,7 +1,25 @@
 """Scheduler settings, from TICKWORK_* environment variables. Passed in, never read globally."""
 
+import ipaddress
+
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(text: str) -> tuple[Network, ...]:
+    """'10.0.0.1, 192.168.0.0/16' -> networks; a bad entry is refused with a sentence."""
+    networks = []
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(f"TICKWORK_TRUSTED_PROXIES: {entry[:60]!r} is not an IP address "
+                             "or CIDR range (e.g. 10.0.0.5 or 10.0.0.0/8)") from None
+    return tuple(networks)
 
 
 class SchedulerSettings(BaseSettings):
@@ -55,7 +73,5 @@ class SchedulerSettings(BaseSettings):
     @field_validator("trusted_proxies")
     @classmethod
     def _proxies_parse(cls, value: str) -> str:
-        from tickwork.scheduler.api.throttle import parse_networks
-
         parse_networks(value)  # refuse a typo at startup, not at the first failed login
         return value

@@ -15,27 +15,15 @@ import time
 from collections import deque
 from typing import Iterable
 
+# The proxies setting is parsed where settings are (a typo is refused at startup).
+from tickwork.scheduler.settings import Network, parse_networks
 from tickwork.sql.errors import TickworkError
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+__all__ = ["AuthThrottle", "TooManyFailures", "client_address", "parse_networks"]
 
 
 class TooManyFailures(TickworkError):
     code = "too_many_failed_logins"
-
-
-def parse_networks(text: str) -> tuple[Network, ...]:
-    """'10.0.0.1, 192.168.0.0/16' -> networks; a bad entry is refused with a sentence."""
-    networks = []
-    for entry in (part.strip() for part in text.split(",")):
-        if not entry:
-            continue
-        try:
-            networks.append(ipaddress.ip_network(entry, strict=False))
-        except ValueError:
-            raise ValueError(f"TICKWORK_TRUSTED_PROXIES: {entry[:60]!r} is not an IP address "
-                             "or CIDR range (e.g. 10.0.0.5 or 10.0.0.0/8)") from None
-    return tuple(networks)
 
 
 def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:

@@ -635,7 +635,7 @@ PROBE = "SELECT count(*) AS n FROM executions WHERE status IN ('completed', 'fai
 async def _run_in_process_worker(url: str, concurrency: int, total: int) -> float:
     """Run the CLI's own wiring (build_worker) in this process until ``total`` executions are
     finished; return the wall seconds from its start."""
-    from tickwork.worker.__main__ import build_worker
+    from tickwork.processes import build_worker
     from tickwork.worker.settings import WorkerSettings
 
     worker = await build_worker(url, WorkerSettings(concurrency=concurrency))

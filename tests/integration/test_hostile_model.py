@@ -11,17 +11,15 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from tickwork.sql.finisher import Finisher
+from tickwork.processes import worker_deps
 from tests.hostile_history import history_problem, message_chars
 from tests.hostile_model import (HostileModel, call, context_too_long, reply, server_error,
                                  silence, too_many_requests)
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import scalar, until
-from tickwork.worker.run_wiring import RunDeps
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings
-from tickwork.worker.tools.registry import catalog
 
 SEND = "demo.send_message"
 URL_SAFE = re.compile(r"[A-Za-z0-9._~:-]{1,100}")
@@ -39,9 +37,8 @@ async def hostile_worker(pool, db_url, model: HostileModel, **settings):
     provider = build_router(ProviderSettings(
         models="default=openai:hostile-agent,judge=openai:hostile-judge",
         openai_base_url=model.base_url, openai_timeout_seconds=1))
-    deps = RunDeps(pool=pool, provider=provider, catalog={s.key: s for s in catalog()},
-                   settings=WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
-                   worker_id="hostile-test", finisher=Finisher(pool))
+    deps = worker_deps(pool, WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
+                       provider=provider, worker="hostile-test")
     stop = asyncio.Event()
     task = asyncio.create_task(Worker(deps, db_url).run(stop))
     try:

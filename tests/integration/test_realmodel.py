@@ -21,12 +21,10 @@ import pytest
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import until
 from tests.realmodel_server import realmodel_available, running_server
-from tickwork.sql.finisher import Finisher
-from tickwork.worker.run_wiring import RunDeps
+from tickwork.processes import worker_deps
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings
-from tickwork.worker.tools.registry import catalog
 
 # A run of a few model turns on 2 shared cores can take minutes (the suite's default is 300 s).
 pytestmark = [pytest.mark.realmodel, pytest.mark.timeout(900)]
@@ -106,13 +104,11 @@ async def test_a_run_on_a_real_model_with_a_real_judge_ends_honestly_over_a_well
         provider = build_router(ProviderSettings(
             models=f"default=openai:{AGENT_MODEL},judge=openai:{JUDGE_MODEL}",
             openai_base_url=base_url, openai_timeout_seconds=120), http=http)
-        specs = catalog()
         # Small budgets keep the run short on 2 cores: a model that never stops is ended by
         # the turn cap (hard_stop) and one the judge keeps calling stalled runs out of units.
-        deps = RunDeps(pool=pool, provider=provider, catalog={s.key: s for s in specs},
-                       settings=WorkerSettings(poll_interval_seconds=0.2, max_model_turns=6,
-                                               continuation_units=2),
-                       worker_id="realmodel-test", finisher=Finisher(pool))
+        deps = worker_deps(pool, WorkerSettings(poll_interval_seconds=0.2, max_model_turns=6,
+                                                continuation_units=2),
+                           provider=provider, worker="realmodel-test")
         created = await api.post("/v1/agents", json={"name": "real", "tools": ["demo.get_record"],
                                                      "instructions": INSTRUCTIONS})
         assert created.status_code == 201, created.text

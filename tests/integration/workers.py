@@ -12,22 +12,21 @@ from contextlib import asynccontextmanager
 
 import psycopg
 
+from tickwork.processes import worker_deps
 from tickwork.sql.db import connect
-from tickwork.sql.finisher import Finisher
 from tests.integration.drivers import ROOT
 from tickwork.worker.run_wiring import RunDeps
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings
-from tickwork.worker.tools.registry import catalog
 
 
 def run_deps(pool, **settings) -> RunDeps:
-    specs = catalog()
-    return RunDeps(pool=pool, provider=build_router(ProviderSettings(models="")),
-                   catalog={s.key: s for s in specs},
-                   settings=WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
-                   worker_id=f"test:{os.getpid()}", finisher=Finisher(pool))
+    """The process's own wiring (tickwork.processes.worker_deps) with the scripted models and
+    a short poll interval."""
+    return worker_deps(pool, WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
+                       provider=build_router(ProviderSettings(models="")),
+                       worker=f"test:{os.getpid()}")
 
 
 @asynccontextmanager

@@ -81,10 +81,10 @@ async def run_schedule_now(conn: AsyncConnection, principal: Principal, schedule
     """An execution now, trigger schedule/manual; the schedule itself is left untouched."""
     schedule = await get_schedule(conn, principal, schedule_id)
     return await _insert_run(conn, principal, idempotency_key, body_hash, {
-        "agent_id": schedule["agent_id"], "schedule_id": schedule["id"],
+        "agent_id": schedule.agent_id, "schedule_id": schedule.id,
         "trigger_type": "schedule", "trigger_source": "manual",
-        "max_attempts": schedule["max_attempts"], "timeout_minutes": schedule["timeout_minutes"],
-        "input": Jsonb(schedule["input"])})
+        "max_attempts": schedule.max_attempts, "timeout_minutes": schedule.timeout_minutes,
+        "input": Jsonb(schedule.input)})
 
 
 async def _insert_run(conn: AsyncConnection, principal: Principal, idempotency_key: str | None,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import Any, Mapping
 from uuid import UUID
 
 from psycopg import AsyncConnection
@@ -16,10 +18,36 @@ from tickwork.scheduler.tokens import Principal
 from tickwork.sql import QUERIES
 from tickwork.sql.errors import Conflict, NotFound
 from tickwork.sql.ids import new_id
+from tickwork.sql.vocabulary import Overlap, ScheduleStatus
 
 
-def public_schedule(row: dict[str, Any]) -> dict[str, Any]:
-    return pick(row, SCHEDULE_FIELDS)
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule as the services pass it on (the row of get_schedule / lock_schedule)."""
+
+    id: UUID
+    tenant_id: UUID
+    agent_id: UUID
+    cron: str
+    timeout_minutes: int
+    overlap: Overlap
+    max_attempts: int
+    display: dict[str, Any] | None
+    input: dict[str, Any]
+    status: ScheduleStatus
+    next_run: datetime
+    last_run: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "Schedule":
+        return cls(**{field.name: row[field.name] for field in fields(cls)})
+
+
+def public_schedule(row: Schedule | Mapping[str, Any]) -> dict[str, Any]:
+    """The contract's JSON shape of a schedule (a typed one, or a listed row)."""
+    return pick(vars(row) if isinstance(row, Schedule) else row, SCHEDULE_FIELDS)
 
 
 def schedule_not_found(schedule_id: object) -> NotFound:
@@ -59,30 +87,30 @@ async def _raise_duplicate(conn: AsyncConnection, agent_id: UUID, expression: st
 
 
 async def get_schedule(conn: AsyncConnection, principal: Principal, schedule_id: UUID,
-                       *, lock: bool = False) -> dict:
+                       *, lock: bool = False) -> Schedule:
     query = QUERIES["lock_schedule" if lock else "get_schedule"]
     cursor = await conn.execute(query, {"id": schedule_id, "tenant_id": principal.tenant_id})
     row = await cursor.fetchone()
     if row is None:
         raise schedule_not_found(schedule_id)
-    return row
+    return Schedule.from_row(row)
 
 
 async def patch_schedule(conn: AsyncConnection, principal: Principal, schedule_id: UUID,
                          body: SchedulePatch) -> dict:
     async with conn.transaction():
         row = await get_schedule(conn, principal, schedule_id, lock=True)
-        next_run = row["next_run"]
-        if body.status == "active" and row["status"] == "paused":
+        next_run = row.next_run
+        if body.status == "active" and row.status == "paused":
             # Resuming does not replay what was missed while paused: pause means "don't run".
-            next_run = cron.next_fire_after(row["cron"], await database_now(conn))
+            next_run = cron.next_fire_after(row.cron, await database_now(conn))
         cursor = await conn.execute(QUERIES["update_schedule"], {
             "id": schedule_id, "tenant_id": principal.tenant_id,
-            "status": body.status or row["status"],
-            "timeout_minutes": body.timeout_minutes or row["timeout_minutes"],
-            "overlap": body.overlap or row["overlap"],
-            "input": Jsonb(body.input if body.input is not None else row["input"]),
-            "display": Jsonb(row["display"]) if row["display"] is not None else None,
+            "status": body.status or row.status,
+            "timeout_minutes": body.timeout_minutes or row.timeout_minutes,
+            "overlap": body.overlap or row.overlap,
+            "input": Jsonb(body.input if body.input is not None else row.input),
+            "display": Jsonb(row.display) if row.display is not None else None,
             "next_run": next_run})
         return public_schedule(await cursor.fetchone())
 

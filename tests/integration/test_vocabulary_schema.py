@@ -1,12 +1,15 @@
-"""The vocabularies in tickwork.sql.vocabulary are exactly the words the migrated database's
-CHECK constraints allow, read from pg_constraint: a word added on one side only fails here."""
+"""The typed seam matches the migrated database: the vocabularies in tickwork.sql.vocabulary
+are exactly the words its CHECK constraints allow (read from pg_constraint), so a word added on
+one side only fails here, and a typed row names exactly its table's columns."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import fields
 
 import psycopg
 
+from tickwork.scheduler.schedules import Schedule
 from tickwork.sql import vocabulary as v
 
 # Every CHECK that lists the allowed words of a column, and the vocabulary that names them.
@@ -57,3 +60,10 @@ def test_every_word_list_check_in_the_schema_is_exactly_its_vocabulary(db_url):
               for name, words in in_database.items() if words != VOCABULARY_OF[name]}
     assert differ == {}
 
+
+
+def test_the_schedule_row_names_every_column_of_schedules(db_url):
+    with psycopg.connect(db_url) as conn:
+        columns = {name for (name,) in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'schedules'")}
+    assert {field.name for field in fields(Schedule)} == columns

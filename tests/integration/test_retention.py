@@ -270,3 +270,72 @@ def test_bad_retention_settings_are_refused_with_one_sentence():
             ("retention_lock_timeout_ms", 0, "retention lock timeout must be between 1 and 60000 ms")]:
         with pytest.raises(ValidationError, match=message):
             SchedulerSettings(**{field: value})
+
+
+def old_one_turn_runs(conn, tenant, agent, *, old: int, recent: int) -> None:
+    """``old`` runs finished 40 days before NOW and ``recent`` finished a day before it, each
+    with a claim and five journal events (as a one-turn run leaves them), by COPY."""
+    runs = [(new_id(), NOW - timedelta(days=40)) for _ in range(old)]
+    runs += [(new_id(), NOW - timedelta(days=1)) for _ in range(recent)]
+    cur = conn.cursor()
+    with cur.copy("COPY executions (id, tenant_id, agent_id, trigger_type, trigger_source,"
+                  " scheduled_for, status, finished_at) FROM STDIN") as copy:
+        for execution_id, finished in runs:
+            copy.write_row((execution_id, tenant, agent, "run", "api", finished, "completed",
+                            finished))
+    with cur.copy("COPY execution_claims (execution_id, worker_id) FROM STDIN") as copy:
+        for execution_id, _ in runs:
+            copy.write_row((execution_id, "w"))
+    with cur.copy("COPY run_events (execution_id, seq, type) FROM STDIN") as copy:
+        for execution_id, _ in runs:
+            for seq, kind in enumerate(("run_start", "step_start", "content_delta",
+                                        "model_usage", "run_complete"), 1):
+                copy.write_row((execution_id, seq, kind))
+
+
+async def test_a_batch_commits_without_waiting_for_the_disk_in_its_own_transaction_only(db_url):
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        old_one_turn_runs(conn, tenant, make_agent(conn, tenant), old=3, recent=1)
+    horizon = NOW - timedelta(days=30)
+    with psycopg.connect(db_url) as conn:
+        conn.execute("SET synchronous_commit = on")
+        conn.commit()
+        # A batch that deletes runs commits asynchronously: a crash can only bring back rows
+        # past the horizon, which the next tick deletes again.
+        assert conn.execute("SELECT retention_delete_runs(%s, 10)", (horizon,)).fetchone()[0] == 3
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "off"
+        conn.commit()
+        # The next transaction on the same connection is back to the session's setting, and a
+        # batch with nothing to delete leaves it alone.
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        assert conn.execute("SELECT retention_delete_runs(%s, 10)", (horizon,)).fetchone()[0] == 0
+        assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+        conn.commit()
+        assert count(conn, "SELECT count(*) FROM executions") == 1
+        assert count(conn, "SELECT count(*) FROM run_events") == 5
+
+
+async def test_a_run_another_transaction_holds_is_left_for_a_later_batch_and_the_rest_go(db_url):
+    # A batch deletes the runs it found and locked where it found them (migration 0042); a run
+    # whose row someone else holds is skipped, not waited for, and not half deleted.
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        old_one_turn_runs(conn, tenant, make_agent(conn, tenant), old=5, recent=1)
+        held = conn.execute("SELECT id FROM executions ORDER BY finished_at LIMIT 1").fetchone()[0]
+    horizon = NOW - timedelta(days=30)
+    with psycopg.connect(db_url) as holder, psycopg.connect(db_url) as conn:
+        holder.execute("SELECT 1 FROM executions WHERE id = %s FOR UPDATE", (held,))
+        assert conn.execute("SELECT retention_delete_runs(%s, 10)", (horizon,)).fetchone()[0] == 4
+        conn.commit()
+        assert [r[0] for r in conn.execute("SELECT id FROM executions WHERE finished_at < %s",
+                                           (horizon,))] == [held]
+        assert count(conn, "SELECT count(*) FROM execution_claims") == 2
+        assert count(conn, "SELECT count(*) FROM run_events") == 10
+        assert count(conn, "SELECT count(*) FROM run_events WHERE execution_id = %s", (held,)) == 5
+        holder.commit()
+        assert conn.execute("SELECT retention_delete_runs(%s, 10)", (horizon,)).fetchone()[0] == 1
+        conn.commit()
+        assert count(conn, "SELECT count(*) FROM executions") == 1
+        assert count(conn, "SELECT count(*) FROM execution_claims") == 1
+        assert count(conn, "SELECT count(*) FROM run_events") == 5

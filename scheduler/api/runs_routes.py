@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
@@ -20,9 +20,9 @@ from tickwork.scheduler.tokens import Principal
 from tickwork.sql import QUERIES
 from tickwork.sql.errors import Conflict
 from tickwork.sql.journal import events_after
+from tickwork.sql.vocabulary import RunStatus
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
-RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
 
 
 @router.get("")

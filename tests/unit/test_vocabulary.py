@@ -228,6 +228,38 @@ def test_the_comparison_scan_catches_a_misspelt_word():
             if w not in COMPARED_FIELDS[name]] == ["suspend", "canceled"]
 
 
+VOCABULARIES = {name: getattr(v, name) for name in dir(v)
+                if name.isupper() and isinstance(getattr(v, name), frozenset)}
+
+
+def spelt_vocabularies(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, vocabulary) for every Literal[...] or literal tuple, list or set of strings that
+    spells a whole vocabulary: a second copy that would drift from the first."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == "Literal":
+            items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            items = node.elts
+        else:
+            continue
+        words = {_text(item) for item in items}
+        found += [(node.lineno, name) for name, vocabulary in VOCABULARIES.items()
+                  if None not in words and words == vocabulary]
+    return sorted(set(found))  # a Literal's own tuple is the same copy
+
+
+def test_no_module_keeps_its_own_copy_of_a_vocabulary():
+    copies = [(str(path.relative_to(ROOT)), line, name) for path in code_files()
+              if path.name != "vocabulary.py"
+              for line, name in spelt_vocabularies(ast.parse(path.read_text()))]
+    assert copies == [], f"import these from tickwork.sql.vocabulary instead: {copies}"
+    assert spelt_vocabularies(ast.parse('S = Literal["skip", "allow"]\n'
+                                        'E = ("approval.required", "run.failed", '
+                                        '"run.completed", "run.cancelled")')) == [
+        (1, "OVERLAPS"), (2, "WEBHOOK_EVENTS")]
+
+
 def test_the_stop_gate_s_judge_verdicts_are_gate_verdicts():
     from tickwork.worker.stop_gate import VERDICTS
     assert set(VERDICTS) <= v.GATE_VERDICTS and len(VERDICTS) == 3

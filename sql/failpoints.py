@@ -1,9 +1,9 @@
 """Named failpoints for crash tests, inert unless TICKWORK_TEST_MODE=1.
 
 ``TICKWORK_FAILPOINTS="tick.after_insert_before_commit=exit,run.before_complete_commit=sleep:200"``
-arms points in a test process. Actions: ``exit`` (os._exit, a crash: no cleanup, no commit), ``raise``,
-``sleep:MS``, ``block:NAME`` (wait until ``release(NAME)`` in the same process). Production
-never sets TICKWORK_TEST_MODE, so ``hit`` is a dictionary miss. Every ``hit`` in the code is
+arms points in a test process. Actions: ``exit`` (os._exit, a crash: no cleanup, no commit),
+``raise``, ``sleep:MS``, ``block:NAME`` (wait until ``release(NAME)`` in the same process).
+Production never sets TICKWORK_TEST_MODE, so ``hit`` is a dictionary miss. Every ``hit`` in the code is
 armed by some test (tests/unit/test_failpoints_armed.py fails on one that is not).
 """
 

@@ -3,8 +3,8 @@
 ``TICKWORK_FAILPOINTS="tick.after_insert_before_commit=exit,run.before_complete_commit=sleep:200"``
 arms points in a test process. Actions: ``exit`` (os._exit, a crash: no cleanup, no commit),
 ``raise``, ``sleep:MS``, ``block:NAME`` (wait until ``release(NAME)`` in the same process).
-Production never sets TICKWORK_TEST_MODE, so ``hit`` is a dictionary miss. Every ``hit`` in the code is
-armed by some test (tests/unit/test_failpoints_armed.py fails on one that is not).
+Production never sets TICKWORK_TEST_MODE, so ``hit`` is a dictionary miss. Every ``hit`` in
+the code is armed by some test (tests/unit/test_failpoints_armed.py fails on one that is not).
 """
 
 from __future__ import annotations

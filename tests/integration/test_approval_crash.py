@@ -45,7 +45,7 @@ def pause_rows(db_url: str, run_id: str) -> tuple[int, int, int]:
             "           AND type = 'approval_required')", {"id": run_id}).fetchone()
 
 
-async def test_a_worker_dying_between_journaling_the_pause_and_saving_its_state_leaves_no_half_pause(
+async def test_a_worker_dying_between_journaling_a_pause_and_saving_its_state_leaves_no_half(
         db_url, pool):
     run_id = await queue_run_needing_approval(db_url)
     crasher = WorkerProcess(db_url, TICKWORK_FAILPOINTS=(

@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "lint-imports"
-_spec = importlib.util.spec_from_loader("lint_imports", SourceFileLoader("lint_imports", str(SCRIPT)))
+_spec = importlib.util.spec_from_loader("lint_imports",
+                                        SourceFileLoader("lint_imports", str(SCRIPT)))
 lint_imports = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lint_imports)
 

@@ -11,6 +11,9 @@ UUIDv7 minted now. --journal month (the default) gives the current month its par
 database older than a month has it: retention leaves those events to the month's DROP, so a
 run costs its execution and claim. --journal default leaves them in the default partition, as
 in a database younger than a month: retention deletes them row by row (the costly case).
+Wall-clock rates move with whatever else the machine runs, so it also prints
+pg_cpu_ms_per_1000_runs: the CPU retention's own Postgres backend spent per 1,000 runs deleted
+(read from /proc when the server runs on this machine), the figure to compare across hours.
 Last line: one JSON object.
 """
 
@@ -27,7 +30,8 @@ from uuid import UUID
 import psycopg
 import structlog
 
-from scratch import busy_pct, describe_server, machine_cpu, say, scratch_database  # bench/scratch.py
+from scratch import (busy_pct, describe_server, machine_cpu, process_cpu_s, say,  # bench/scratch.py
+                     scratch_database)
 from tickwork.scheduler.retention import trim_retention
 from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.sql.db import open_pool
@@ -40,6 +44,7 @@ from tickwork.sql.migrate import migrate
 DEFAULT_RATE = 634.0
 # What a one-turn run journals today (bench/runs.py counts 5 events per run).
 EVENTS = ("run_start", "step_start", "content_delta", "model_usage", "run_complete")
+APPLICATION = "bench-retention"  # the application_name of retention's pool
 TICK_INTERVAL_S = 60.0  # the scheduler ticks once a minute (tickwork/processes.py)
 EXECUTION_COLUMNS = ("id", "tenant_id", "agent_id", "trigger_type", "trigger_source",
                      "scheduled_for", "status", "outcome", "started_at", "finished_at")
@@ -118,13 +123,14 @@ async def create_at_rate(url: str, tenant_id: UUID, agent_id: UUID, rate: float,
 async def measure(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Namespace) -> dict:
     settings = SchedulerSettings(retention_days=30, retention_batch_size=args.batch_size,
                                  retention_budget_seconds=args.budget)
-    pool = await open_pool(url, application_name="bench-retention", max_size=2)
+    pool = await open_pool(url, application_name=APPLICATION, max_size=2)
     stop = asyncio.Event()
     cpu_before = machine_cpu()
     creator = asyncio.create_task(create_at_rate(url, tenant_id, agent_id, args.rate, stop))
     await asyncio.sleep(1.0)  # the creation stream is running before retention starts
     created_before = await count_recent(url)
     ticks, deleted = [], 0
+    backends_before = await backends_cpu(url)
     started = time.perf_counter()
     while deleted < args.backlog:
         tick_started = time.perf_counter()
@@ -134,6 +140,7 @@ async def measure(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Name
         if got == 0:
             break
     elapsed = time.perf_counter() - started
+    backend_cpu_s = cpu_used(backends_before, await backends_cpu(url))
     created_during = await count_recent(url) - created_before
     stop.set()
     created_total = await creator
@@ -158,7 +165,25 @@ async def measure(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Name
           and orphans == orphans_expected)
     return {"deleted": deleted, "elapsed_s": elapsed, "ticks": ticks,
             "created_during": created_during, "created_total": created_total,
-            "busy_pct": busy_pct(cpu_before, cpu_after), "verified": ok}
+            "busy_pct": busy_pct(cpu_before, cpu_after), "backend_cpu_s": backend_cpu_s,
+            "verified": ok}
+
+
+async def backends_cpu(url: str) -> dict[int, float | None]:
+    """CPU seconds so far of each Postgres backend serving retention's pool, by pid."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                                 (APPLICATION,))
+        return {pid: process_cpu_s(pid) for (pid,) in await cur.fetchall()}
+
+
+def cpu_used(before: dict[int, float | None], after: dict[int, float | None]) -> float | None:
+    """CPU seconds retention's backends spent between two readings (a backend opened between
+    them counts from zero); None when the server's processes cannot be read (a remote server).
+    Unlike wall time, this hardly moves with what else the machine is doing."""
+    if not after or any(v is None for v in after.values()):
+        return None
+    return sum(cpu - (before.get(pid) or 0.0) for pid, cpu in after.items())
 
 
 async def count_recent(url: str) -> int:
@@ -205,12 +230,15 @@ def main() -> None:
     create_per_s = max(created_per_s, args.rate)
     ratio = sustained_per_s / create_per_s
     drain_ratio = deleted_per_s / create_per_s
+    cpu_s = result["backend_cpu_s"]
+    cpu_ms_per_1000 = round(1e6 * cpu_s / result["deleted"], 1) if cpu_s and result["deleted"] else None
     for tick in result["ticks"]:
         say(f"tick: deleted {tick['deleted']} in {tick['s']} s")
     say(f"retention deleted {result['deleted']} runs in {result['elapsed_s']:.1f} s "
         f"({deleted_per_s:.0f}/s, batch {args.batch_size}, budget {args.budget} s) while "
         f"{result['created_during']} runs were created ({created_per_s:.0f}/s, asked "
-        f"{args.rate:.0f}/s); machine {result['busy_pct']} % busy")
+        f"{args.rate:.0f}/s); machine {result['busy_pct']} % busy; retention's backend used "
+        f"{cpu_ms_per_1000} ms CPU per 1,000 runs")
     say(f"sustained: {sustained_per_s:.0f} runs/s deleted (one tick a minute, {args.budget} s"
         f" budget); ratio_delete_vs_create {ratio:.1f} (goal >= 10; {drain_ratio:.1f} while a"
         f" tick drains); verified: {result['verified']}")
@@ -222,6 +250,7 @@ def main() -> None:
         "ratio_delete_vs_create": round(ratio, 2), "drain_ratio": round(drain_ratio, 2),
         "backlog": args.backlog, "journal": args.journal, "batch_size": args.batch_size, "budget_s": args.budget,
         "ticks": len(result["ticks"]), "elapsed_s": round(result["elapsed_s"], 2),
+        "pg_cpu_ms_per_1000_runs": cpu_ms_per_1000,
         "machine_busy_pct": result["busy_pct"], "load_average": load,
         "verified": result["verified"]}), flush=True)
     if not result["verified"]:

@@ -12,7 +12,7 @@ One tenant and one agent with no tools; every run has the input ``{"script": [{"
               asyncio connections, each looping ``SELECT id … FOR UPDATE SKIP LOCKED LIMIT B`` +
               ``UPDATE … SET status = 'done'``, one transaction per batch (B = C, and B = 1).
 - throughput: N runs queued through the real enqueue path (``scheduler.runs.start_agent_run``,
-              i.e. the ``insert_manual_execution`` query, one transaction per run, from a few
+              i.e. the ``insert_agent_run`` query, one statement per run, from a few
               connections), then ONE ``tickwork worker --concurrency C`` process is started.
               runs/s = N / (first run_start ts .. last run_complete ts), read from the journal,
               so process start-up is not counted. The worker's CPU and its Postgres backends'
@@ -190,7 +190,7 @@ def measure_floor(url: str, rows: int, concurrency: int, batch: int) -> float:
 
 async def enqueue_runs(url: str, tenant_id: UUID, agent_id: UUID, count: int,
                        connections: int = ENQUEUE_CONNECTIONS) -> float:
-    """Queue ``count`` runs with start_agent_run (one insert_manual_execution transaction each),
+    """Queue ``count`` runs with start_agent_run (one insert_agent_run statement each),
     from a few connections side by side; return the wall seconds."""
     principal = Principal(tenant_id=tenant_id, is_admin=False)
     body_hash = request_hash(f"agents/{agent_id}/runs", {"input": RUN_INPUT})

@@ -1,9 +1,10 @@
 """Runs started by a person or a program: "run now" on a schedule and runs of an agent.
 
-Both go down the same path as a cron fire: an execution row and a queue task named by its id,
-inserted in one transaction with NOTIFY. An Idempotency-Key makes a retried request return the
-execution the first request created; the same key with a different body is refused. A paused
-agent refuses new runs (409); a draft agent runs by hand (the tick never fires it).
+Both start through one statement (sql insert_agent_run) and go down the same path as a cron
+fire: an execution row and a queue task named by its id, inserted with NOTIFY. An
+Idempotency-Key makes a retried request return the execution the first request created; the
+same key with a different body is refused. A paused agent refuses new runs (409); a draft
+agent runs by hand (the tick never fires it).
 """
 
 from __future__ import annotations
@@ -52,11 +53,30 @@ def request_hash(route: str, body: Any) -> str:
 async def start_agent_run(conn: AsyncConnection, principal: Principal, agent_id: UUID, *,
                           run_input: dict, timeout_minutes: int, idempotency_key: str | None,
                           body_hash: str) -> dict:
-    """One statement (sql start_agent_run): on a tenant's connection it goes in one message
-    with its scope, one implicit transaction, one round trip; only a same-key request racing
-    this one reads again."""
-    params = {"id": new_id(), "tenant_id": principal.tenant_id, "agent_id": agent_id,
-              "max_attempts": 3, "timeout_minutes": timeout_minutes, "input": Jsonb(run_input),
+    """A run of an agent (POST /v1/agents/{id}/runs): trigger run, source api."""
+    return await _start_run(conn, principal, idempotency_key, body_hash, {
+        "agent_id": agent_id, "schedule_id": None, "trigger_type": "run",
+        "trigger_source": "api", "max_attempts": 3, "timeout_minutes": timeout_minutes,
+        "input": Jsonb(run_input)})
+
+
+async def run_schedule_now(conn: AsyncConnection, principal: Principal, schedule_id: UUID, *,
+                           idempotency_key: str | None, body_hash: str) -> dict:
+    """An execution now, trigger schedule/manual; the schedule itself is left untouched."""
+    schedule = await get_schedule(conn, principal, schedule_id)
+    return await _start_run(conn, principal, idempotency_key, body_hash, {
+        "agent_id": schedule.agent_id, "schedule_id": schedule.id,
+        "trigger_type": "schedule", "trigger_source": "manual",
+        "max_attempts": schedule.max_attempts, "timeout_minutes": schedule.timeout_minutes,
+        "input": Jsonb(schedule.input)})
+
+
+async def _start_run(conn: AsyncConnection, principal: Principal, idempotency_key: str | None,
+                     body_hash: str, fields: dict[str, Any]) -> dict:
+    """The one start of a run by hand, one statement (sql insert_agent_run): on a tenant's
+    connection it goes in one message with its scope, one implicit transaction, one round
+    trip; only a same-key request racing this one reads again."""
+    params = {"id": new_id(), "tenant_id": principal.tenant_id, **fields,
               "idempotency_key": idempotency_key,
               "request_hash": body_hash if idempotency_key else None}
     scoped = getattr(conn, "fetch_one_scoped", None)  # a tenant's (scheduler/api/tenant_scope)
@@ -65,57 +85,15 @@ async def start_agent_run(conn: AsyncConnection, principal: Principal, agent_id:
     else:  # a connection that spans tenants: the statement alone
         row = await (await conn.execute(QUERIES["insert_agent_run"], params)).fetchone()
     if row["agent_status"] is None:
-        raise agent_not_found(agent_id)
+        raise agent_not_found(fields["agent_id"])
     if row["created"]:
         return public_run(row)
     if row["created"] is False:  # a replayed request, even if the agent is paused since
         return _same_request(row, idempotency_key, body_hash)
     if row["agent_status"] == "paused":
-        raise AgentPaused(agent_id)
+        raise AgentPaused(fields["agent_id"])
     # The key's first request committed after this statement's snapshot: read it now.
     return await _replay(conn, principal, idempotency_key, body_hash)
-
-
-async def run_schedule_now(conn: AsyncConnection, principal: Principal, schedule_id: UUID, *,
-                           idempotency_key: str | None, body_hash: str) -> dict:
-    """An execution now, trigger schedule/manual; the schedule itself is left untouched."""
-    schedule = await get_schedule(conn, principal, schedule_id)
-    return await _insert_run(conn, principal, idempotency_key, body_hash, {
-        "agent_id": schedule.agent_id, "schedule_id": schedule.id,
-        "trigger_type": "schedule", "trigger_source": "manual",
-        "max_attempts": schedule.max_attempts, "timeout_minutes": schedule.timeout_minutes,
-        "input": Jsonb(schedule.input)})
-
-
-async def _insert_run(conn: AsyncConnection, principal: Principal, idempotency_key: str | None,
-                      body_hash: str, fields: dict[str, Any]) -> dict:
-    async with conn.transaction():
-        # The agent's row is held FOR SHARE until the run is queued: a pause that commits
-        # first is seen here, one that comes later waits for this run and then stops the next.
-        cursor = await conn.execute(QUERIES["lock_agent_for_run"], {"agent_id": fields["agent_id"]})
-        agent = await cursor.fetchone()
-        row = None
-        if agent is None or agent["status"] != "paused":
-            cursor = await conn.execute(QUERIES["insert_manual_execution"], {
-                "id": new_id(), "tenant_id": principal.tenant_id,
-                "idempotency_key": idempotency_key,
-                "request_hash": body_hash if idempotency_key else None, **fields})
-            row = await cursor.fetchone()
-        elif not await _key_used(conn, principal, idempotency_key):
-            raise AgentPaused(fields["agent_id"])
-    if row is not None:
-        return public_run(row)
-    # A replayed request returns the run its first attempt queued, even if the agent has
-    # been paused since.
-    return await _replay(conn, principal, idempotency_key, body_hash)
-
-
-async def _key_used(conn: AsyncConnection, principal: Principal, key: str | None) -> bool:
-    if key is None:
-        return False
-    cursor = await conn.execute(QUERIES["get_execution_by_idempotency_key"],
-                                {"tenant_id": principal.tenant_id, "idempotency_key": key})
-    return await cursor.fetchone() is not None
 
 
 async def _replay(conn: AsyncConnection, principal: Principal, key: str | None,

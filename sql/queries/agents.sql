@@ -33,8 +33,3 @@ DELETE FROM agents WHERE id = %(id)s AND tenant_id = %(tenant_id)s RETURNING id;
 -- What the worker needs of a run's agent; no tenant filter: the run already names it, and no row
 -- means the agent was deleted.
 SELECT id, name, instructions, tools, auto_approve, status FROM agents WHERE id = %(agent_id)s;
-
--- name: lock_agent_for_run
--- Read the agent's status for a run started by hand, holding the row until the run is queued
--- (a concurrent pause waits, so "paused" is never half-applied).
-SELECT status FROM agents WHERE id = %(agent_id)s FOR SHARE;

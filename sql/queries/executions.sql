@@ -1,28 +1,7 @@
--- name: insert_manual_execution
--- A run started by "run now" or the API: it goes down the same queue path as a cron fire
--- (task named by the execution id, NOTIFY at commit). With an Idempotency-Key, a second
--- request with the same key inserts nothing and the caller reads the first execution.
-WITH inserted AS (
-    INSERT INTO executions (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
-                            scheduled_for, max_attempts, timeout_minutes, input,
-                            idempotency_key, request_hash)
-    VALUES (%(id)s, %(tenant_id)s, %(agent_id)s, %(schedule_id)s, %(trigger_type)s,
-            %(trigger_source)s, now(), %(max_attempts)s, %(timeout_minutes)s, %(input)s,
-            %(idempotency_key)s, %(request_hash)s)
-    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING *
-), queued AS (
-    INSERT INTO queue_tasks (name, kind, execution_id)
-    SELECT id::text, 'run', id FROM inserted
-    ON CONFLICT (name) DO NOTHING
-    RETURNING execution_id
-), notified AS (
-    SELECT pg_notify('tickwork_tasks', 'run') FROM queued
-)
-SELECT inserted.*, (SELECT count(*) FROM notified) AS notified FROM inserted;
-
 -- name: insert_agent_run
--- POST /v1/agents/{id}/runs in one statement: the tenant's agent, held FOR SHARE until commit
+-- The one way a person or a program starts a run (POST /v1/agents/{id}/runs, trigger run/api,
+-- and run-now on a schedule, trigger schedule/manual), in one statement that goes down the
+-- same queue path as a cron fire: the tenant's agent, held FOR SHARE until commit
 -- (a pause that commits first is seen, one that comes later waits for this run), the
 -- execution and its queue task unless the agent is paused, NOTIFY at commit; and when nothing
 -- was inserted because the Idempotency-Key was used before, the run that use created (as of
@@ -37,8 +16,9 @@ WITH agent AS (
     INSERT INTO executions (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
                             scheduled_for, max_attempts, timeout_minutes, input,
                             idempotency_key, request_hash)
-    SELECT %(id)s, %(tenant_id)s, agent.id, NULL, 'run', 'api', now(), %(max_attempts)s,
-           %(timeout_minutes)s, %(input)s, %(idempotency_key)s, %(request_hash)s
+    SELECT %(id)s, %(tenant_id)s, agent.id, %(schedule_id)s::uuid, %(trigger_type)s::text,
+           %(trigger_source)s::text, now(), %(max_attempts)s, %(timeout_minutes)s, %(input)s,
+           %(idempotency_key)s, %(request_hash)s
       FROM agent
      WHERE agent.status <> 'paused'
     ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING

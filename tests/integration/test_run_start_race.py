@@ -29,7 +29,8 @@ async def test_a_same_key_request_that_waited_on_the_first_answers_with_its_run(
                                   (agent["id"],)).fetchone()[0]
         # The key's first request, inside its transaction and not yet committed.
         first.execute(QUERIES["insert_agent_run"], {
-            "id": first_id, "tenant_id": tenant_id, "agent_id": agent["id"], "max_attempts": 3,
+            "id": first_id, "tenant_id": tenant_id, "agent_id": agent["id"], "schedule_id": None,
+            "trigger_type": "run", "trigger_source": "api", "max_attempts": 3,
             "timeout_minutes": 5, "input": Jsonb({}), "idempotency_key": "raced",
             "request_hash": body_hash})
         second = asyncio.create_task(api.post(f"/v1/agents/{agent['id']}/runs",

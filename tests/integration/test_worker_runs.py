@@ -13,7 +13,7 @@ from tickwork.scheduler.sweep import sweep_stale
 from tickwork.sql import failpoints
 from tickwork.sql.db import open_pool
 from tickwork.logs import configure_logging
-from tickwork.worker.claim import claim_queued_runs
+from tickwork.worker.claim import claim_queued_runs, lease_tasks
 from tests.integration.workers import running_worker, scalar, until
 
 DEMO_TOOLS = ["demo.get_record", "demo.list_records", "demo.search_records", "query_file",
@@ -115,6 +115,24 @@ async def test_a_leftover_leased_run_task_starts_once_and_a_claimed_duplicate_ru
                   (claimed_elsewhere,)) == "old"
     assert scalar(db_url, "SELECT count(*) FROM run_events WHERE execution_id = %s"
                           " AND type = 'run_complete'", (leftover,)) == 1
+
+
+async def test_leasing_serves_only_resumes_and_the_one_start_statement_takes_every_run_task(
+        api, pool, db_url):
+    agent_id = await make_agent(api)
+    ready = await start_run(api, agent_id, {"script": [{"text": "Ready."}]})
+    expired = await start_run(api, agent_id, {"script": [{"text": "Expired."}]})
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE queue_tasks SET lease_expires_at = now() - interval '1 second'"
+                     " WHERE name = %s", (expired,))
+    assert await lease_tasks(pool, limit=10, lease_seconds=60) == []
+    assert scalar(db_url, "SELECT sum(deliveries) FROM queue_tasks") == 0
+    started = await claim_queued_runs(pool, limit=10, worker_id="test")
+    assert sorted(str(run.id) for run in started) == sorted([ready, expired])
+    for run in started:  # a typed run, built from the claim's row
+        assert (run.resume, run.next_seq, run.attempt, run.cancel_requested) == (None, 2, 1, False)
+        assert run.agent.tools == DEMO_TOOLS and run.agent.instructions == "Answer from the records."
+    assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 0
 
 
 async def test_a_run_whose_agent_is_gone_fails_in_band_and_removes_its_schedules(api, pool, db_url):

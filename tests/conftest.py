@@ -4,6 +4,9 @@ The server is TICKWORK_TEST_DATABASE_URL (a role that may create databases) or, 
 an embedded Postgres started once per session. A template database is migrated once; each
 test gets its own database copied from it, with idle_in_transaction_session_timeout = 2s so
 that any transaction held open across slow work is killed and the test fails.
+
+The shell's TICKWORK_* variables are removed at import (all but the suite's own knobs), so a
+developer's exported settings cannot change a result.
 """
 
 from __future__ import annotations
@@ -17,10 +20,29 @@ import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
+# The suite is configured by these variables alone. Every other TICKWORK_* variable in the
+# developer's shell (a concurrency, a token budget, a model's address, armed failpoints) would
+# change what the tests see, so it is removed before any project module reads its settings;
+# the processes tests start inherit this cleaned environment.
+SUITE_ENV = {"TICKWORK_TEST_DATABASE_URL", "TICKWORK_FUZZ_EXAMPLES", "TICKWORK_CHROMIUM"}
+SUITE_ENV_PREFIXES = ("TICKWORK_REALMODEL_",)  # where the realmodel lane's server lives
+
+
+def clean_environment(environ: dict | os._Environ = os.environ) -> list[str]:
+    """Remove every TICKWORK_* variable the suite is not configured by; returns their names."""
+    dropped = [name for name in environ if name.startswith("TICKWORK_")
+               and name not in SUITE_ENV and not name.startswith(SUITE_ENV_PREFIXES)]
+    for name in dropped:
+        del environ[name]
+    return dropped
+
+
+clean_environment()
+os.environ["TICKWORK_TEST_MODE"] = "1"
+
+# Project modules only after the clean-up: some read their settings when imported.
 from tickwork.sql.migrate import migrate
 from tickwork.worker.tools.publish import publish_catalog
-
-os.environ.setdefault("TICKWORK_TEST_MODE", "1")
 
 
 def database_url(server_url: str, dbname: str) -> str:

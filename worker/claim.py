@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES
 from tickwork.sql.ids import new_id
+from tickwork.sql.vocabulary import ApprovalStatus
 
 RUN_START_SEQ = 1  # claim_queued_runs journals run_start as the run's event 1
 
@@ -47,7 +48,7 @@ class Decision:
     rejected) and why, and the saved state the run paused with (consumed by the claim)."""
 
     approval_id: str
-    status: str | None
+    status: ApprovalStatus | None  # only "approved" runs the call; anything else refuses it
     reason: str | None
     saved_state: Any
 

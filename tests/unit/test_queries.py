@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tickwork.sql import QUERIES, RENAMED, VERBS, QueryFileError, load_queries
+from tickwork.sql import QUERIES, VERBS, QueryFileError, load_queries
 
 ROOT = Path(__file__).resolve().parents[2]
 QUERY_DIR = ROOT / "sql" / "queries"
@@ -98,18 +98,13 @@ def test_every_name_starts_with_a_verb_and_every_block_has_a_description():
 
 def test_every_query_name_used_in_code_exists():
     missing = {name: files for name, files in uses(PRODUCTION + ELSEWHERE).items()
-               if name not in QUERIES and name not in RENAMED}
+               if name not in QUERIES}
     assert not missing
 
 
-def test_old_names_are_only_aliases_of_queries_that_exist():
-    assert set(RENAMED.values()) <= set(QUERIES) and not set(RENAMED) & set(QUERIES)
-    assert all(QUERIES[old] == QUERIES[new] for old, new in RENAMED.items())
-
-
 def test_every_query_defined_is_used():
-    in_production = {RENAMED.get(name, name) for name in uses(PRODUCTION)}
-    elsewhere = {RENAMED.get(name, name) for name in uses(ELSEWHERE)}
+    in_production = uses(PRODUCTION)
+    elsewhere = uses(ELSEWHERE)
     assert set(QUERIES) - set(in_production) == USED_ONLY_BY_TESTS_OR_BENCHES
     assert USED_ONLY_BY_TESTS_OR_BENCHES <= set(elsewhere)
 

@@ -1,43 +1,57 @@
-"""The run journal's writer and reader.
+"""The run journal: each run's writer (RunJournal), the process's one batching writer that
+lands every run's events and verdicts (JournalWriter), and the reader.
 
 A run has one writer at a time (the worker holding its run token), which numbers events
 itself: seq 1 is run_start (written with the claim), and every later event takes the next
-number. Events are buffered and appended in small batches, each batch one statement that first
-takes a share lock on the running execution: an append after the sweep's verdict finds
-nothing to lock and writes nothing (the run is fenced), and the sweep's terminal event,
-numbered max(seq) + 1 under its own row lock, always comes last. One NOTIFY per batch wakes
-tails; nothing ever waits on a subscriber.
+number. Every append fences: a run's events land only while its execution is running with its
+token (a share lock on the row), so an append after the sweep's verdict writes nothing, and the
+sweep's terminal event, numbered max(seq) + 1 under its own row lock, always comes last.
+
+Many runs, one statement: a worker holds thousands of runs in flight, and every commit that
+wakes tails (NOTIFY) takes Postgres's one notify-queue lock through its WAL flush, so commits
+of one run each queue behind each other. The process's JournalWriter therefore writes the
+pending events of many runs, and the verdicts of the runs that end, in one statement
+(insert_journal_batch), one commit, with one notification per run for its tails. It is a
+group commit: while one batch is in flight the next gathers.
 
 Visible as it happens: an emitted event does not wait for the run's next explicit flush (a
-turn can be a long model call or a slow tool). The first emit into an idle buffer starts a
-background flush that lingers a moment (so the events of one burst share one statement),
-writes everything buffered, and goes round again while more arrived meanwhile. One write at a
-time per run (a lock), so batches land in seq order; a fence found in the background is kept
-and raised at the run's next flush, finish, suspend or release, which also write whatever is
-still buffered. A pooled connection is taken only for the statement itself.
+turn can be a long model call or a slow tool). The first emit into an idle buffer asks the
+writer for a background write after a short linger (so the events of one burst share one
+statement); an explicit flush or a finish goes in the next batch without lingering. A run is
+in at most one statement at a time and each takes everything it has buffered, so its batches
+land in seq order. A fence found in the background is kept and raised at the run's next
+flush, finish, suspend or release. A pooled connection is taken only for the statement itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 from uuid import UUID
 
+import psycopg
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES, failpoints
 from tickwork.sql.db import reconnecting
-from tickwork.sql.finisher import Finish, Finisher, event_rows, write_finishes
 from tickwork.sql.lifecycle import release_run
 from tickwork.sql.vocabulary import EventType, FinalStatus, Outcome, check_event_type
 
-# Emission -> background flush. Well inside the 250 ms promise (DESIGN "Visible as it
+# Emission -> background write. Well inside the 250 ms promise (DESIGN "Visible as it
 # happens"), long enough that a burst (step_start, content_delta, tool_start ...) is one append.
 LINGER_SECONDS = 0.05
+# Runs per statement: large enough that thousands of runs ending together take a few commits,
+# small enough that one statement's locks and rows stay short.
+MAX_RUNS_PER_BATCH = 256
+# Statements in flight at once: one executing while another commits (they serialize on the
+# notify lock at commit, not before it).
+MAX_IN_FLIGHT = 2
 
 
 class RunFenced(Exception):
@@ -48,139 +62,319 @@ class RunFenced(Exception):
 class PendingEvent:
     seq: int
     parent_seq: int | None
-    type: str
+    type: EventType
     payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """How a run ended, written with its last events in the same statement."""
+    status: FinalStatus
+    outcome: Outcome | None
+    reason: str | None
+    usage: dict[str, int] | None  # the run's whole usage; None leaves the column as it is
+
+
+@dataclass(frozen=True)
+class Landed:
+    """What one run's part of a batch found: whether the run was still ours (running with its
+    token), whether its verdict was recorded, and whether a person asked it to stop."""
+    running: bool
+    finished: bool
+    cancel_requested: bool
+
+
+_FENCED = Landed(running=False, finished=False, cancel_requested=False)
+
+
+@dataclass
+class _Item:
+    """One run's part of a batch: what it had buffered when the batch was formed (the first
+    `count` events), its verdict if it is ending, and who waits for the write."""
+    journal: RunJournal
+    count: int
+    verdict: Verdict | None
+    waiters: list[asyncio.Future]
+    encoded: str
+
+
+def event_rows(events: list[PendingEvent]) -> list[dict[str, Any]]:
+    """Buffered events as the objects the journal's statement reads with jsonb_to_recordset.
+    The whole batch goes as one JSON text: dumping a typed array per column, element by
+    element, was the largest share of the worker's CPU per run."""
+    return [{"seq": e.seq, "parent_seq": e.parent_seq, "type": e.type, "payload": e.payload}
+            for e in events]
+
+
+def _encode(journal: RunJournal, events: list[PendingEvent], verdict: Verdict | None) -> str:
+    run: dict[str, Any] = {"id": str(journal.execution_id), "run_token": str(journal.run_token),
+                           "finish": verdict is not None, "events": event_rows(events)}
+    if verdict is not None:
+        run.update(status=verdict.status, outcome=verdict.outcome, reason=verdict.reason,
+                   usage=verdict.usage)
+    return json.dumps(run)
+
+
+@reconnecting
+async def write_batch(pool: AsyncConnectionPool, runs: list[str]) -> dict[UUID, Landed]:
+    """One insert_journal_batch statement for the runs (each one's JSON object): what each
+    run's part found. A run missing from the answer was fenced. Retried while Postgres
+    restarts: the events are idempotent and the fence refuses a second verdict."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(QUERIES["insert_journal_batch"],
+                                    {"runs": "[" + ",".join(runs) + "]"})
+        return {row["id"]: Landed(True, row["finished"], row["cancel_requested"])
+                for row in await cursor.fetchall()}
+
+
+class JournalWriter:
+    """The process's one writer of journals: batches the background appends, explicit flushes
+    and verdicts of every run into shared statements (see the module's docstring). It needs no
+    closing: its task ends whenever nothing is left to write."""
+
+    def __init__(self, pool: AsyncConnectionPool, *, linger_seconds: float = LINGER_SECONDS,
+                 max_runs: int = MAX_RUNS_PER_BATCH, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+        self._pool, self._linger, self._max = pool, linger_seconds, max_runs
+        self._slots = asyncio.Semaphore(max_in_flight)
+        # Runs with something to write: now (a flush or a finish waits), or once their
+        # linger is over (insertion order is due order, the linger being one constant).
+        self._urgent: dict[RunJournal, None] = {}
+        self._later: dict[RunJournal, float] = {}
+        self._wake = asyncio.Event()  # a run was added, or a write ended
+        self._landed = asyncio.Event()  # a write ended (background_idle waits on it)
+        self._task: asyncio.Task | None = None
+        self._writes: set[asyncio.Task] = set()
+        self.statements = 0  # statements written (tests count the batching with it)
+
+    def soon(self, journal: RunJournal) -> None:
+        """A background write of the run's buffer after the linger (no-op when already due)."""
+        if journal not in self._urgent and journal not in self._later:
+            self._later[journal] = time.monotonic() + self._linger
+            self._kick()
+
+    def now(self, journal: RunJournal) -> asyncio.Future:
+        """The run's buffer (and verdict, if set) in the next batch; the future is done once
+        it is written (its result is what the run's part found)."""
+        waiter = asyncio.get_running_loop().create_future()
+        journal._waiters.append(waiter)
+        self._later.pop(journal, None)
+        self._urgent[journal] = None
+        self._kick()
+        return waiter
+
+    def forget(self, journal: RunJournal) -> None:
+        """The run writes its buffer itself (suspend, release): drop it from the queue."""
+        self._urgent.pop(journal, None)
+        self._later.pop(journal, None)
+
+    def pending(self, journal: RunJournal) -> bool:
+        return journal in self._urgent or journal in self._later or journal._busy is not None
+
+    async def landed(self) -> None:
+        """Until the next write ends."""
+        await self._landed.wait()
+
+    async def close(self) -> None:
+        """Write what is queued now (nothing is dropped), then stop."""
+        for journal in list(self._later):
+            self._urgent[journal] = None
+        self._later.clear()
+        self._kick()
+        while self._task is not None and not self._task.done():
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _kick(self) -> None:
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while self._urgent or self._later or self._writes:
+            self._wake.clear()
+            if not self._slots.locked():
+                batch = self._take()
+                if batch:
+                    await self._slots.acquire()  # free: does not wait
+                    self._writes.add(asyncio.get_running_loop().create_task(self._write(batch)))
+                    continue
+            # Nothing to write now: wait for a new run, a write's end (a slot, or a run that
+            # was in flight), or the end of the next linger.
+            timeout = None
+            if self._later:
+                due = next(iter(self._later.values())) - time.monotonic()
+                timeout = due if due > 0 else None  # due but in flight: a write's end wakes
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wake.wait()
+
+    def _take(self) -> list[_Item]:
+        """The runs to write now, up to a batch: every urgent one, then those whose linger is
+        over; a run already in a statement stays queued for the next."""
+        batch: list[_Item] = []
+        now = time.monotonic()
+        for journal in list(self._urgent):
+            if len(batch) >= self._max:
+                return batch
+            if journal._busy is None:
+                del self._urgent[journal]
+                self._add(batch, journal)
+        for journal, due in list(self._later.items()):
+            if len(batch) >= self._max or due > now:
+                break
+            if journal._busy is None:
+                del self._later[journal]
+                self._add(batch, journal)
+        return batch
+
+    def _add(self, batch: list[_Item], journal: RunJournal) -> None:
+        waiters, journal._waiters = journal._waiters, []
+        verdict, journal._verdict = journal._verdict, None
+        events = list(journal._pending)
+        if journal._fenced or journal._exclusive or (not events and verdict is None):
+            for waiter in waiters:  # nothing to write: the run learns its state from itself
+                if not waiter.done():
+                    waiter.set_result(None)
+            return
+        try:
+            encoded = _encode(journal, events, verdict)
+        except Exception as exc:  # this run's own payload; the others are written
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(exc)
+            return
+        journal._busy = asyncio.get_running_loop().create_future()
+        batch.append(_Item(journal, len(events), verdict, waiters, encoded))
+
+    async def _write(self, batch: list[_Item]) -> None:
+        try:
+            await self._write_isolated(batch)
+        finally:
+            self._writes.discard(asyncio.current_task())
+            self._slots.release()
+            for item in batch:
+                busy, item.journal._busy = item.journal._busy, None
+                if busy is not None and not busy.done():
+                    busy.set_result(None)
+            self._landed.set()
+            self._landed = asyncio.Event()
+            self._wake.set()
+
+    async def _write_isolated(self, batch: list[_Item]) -> None:
+        """Write the batch; if Postgres refuses it for a reason other than a restart, write
+        each run alone, so that one run's bad event does not fail the others."""
+        try:
+            found = await write_batch(self._pool, [item.encoded for item in batch])
+            self.statements += 1
+        except psycopg.Error as exc:
+            if len(batch) == 1 or isinstance(exc, psycopg.OperationalError):
+                return self._failed(batch, exc)
+            for item in batch:
+                await self._write_isolated([item])
+            return
+        except Exception as exc:  # every waiter learns what went wrong
+            return self._failed(batch, exc)
+        for item in batch:
+            landed = found.get(item.journal.execution_id, _FENCED)
+            item.journal._landed(item.count, landed)
+            for waiter in item.waiters:
+                if not waiter.done():
+                    waiter.set_result(landed)
+
+    def _failed(self, batch: list[_Item], exc: BaseException) -> None:
+        """The events stay buffered for the run's next flush, which retries and reports."""
+        for item in batch:
+            for waiter in item.waiters:
+                if not waiter.done():
+                    waiter.set_exception(exc)
 
 
 class RunJournal:
     def __init__(self, pool: AsyncConnectionPool, execution_id: UUID, run_token: UUID, *,
                  next_seq: int, redact: Callable[[Any], Any],
+                 writer: JournalWriter | None = None,
                  linger_seconds: float | None = LINGER_SECONDS) -> None:
+        """writer: the process's JournalWriter; None gives the run a writer of its own.
+        linger_seconds: None turns the background write off (explicit writes only)."""
         self._pool, self.execution_id, self.run_token = pool, execution_id, run_token
         self._next_seq, self._redact = next_seq, redact
+        self._writer = writer or JournalWriter(pool, linger_seconds=linger_seconds or 0.0)
+        self._background = linger_seconds is not None
         self._pending: list[PendingEvent] = []
         self.cancel_requested = False  # learned with every append
-        self._linger = linger_seconds  # None: no background flush (explicit flushes only)
-        self._lock = asyncio.Lock()  # one write at a time: batches land in seq order
-        self._timer: asyncio.TimerHandle | None = None  # the linger before a background flush
-        self._background: asyncio.Task | None = None
-        self._fenced = False  # found by a background flush; raised at the run's next write
+        self._waiters: list[asyncio.Future] = []  # for the writer's next batch with this run
+        self._verdict: Verdict | None = None  # set by finish, taken by the writer
+        self._busy: asyncio.Future | None = None  # done when this run's statement in flight ends
+        self._exclusive = False  # suspend or release writes the buffer in its own transaction
+        self._fenced = False  # found by a background write; raised at the run's next write
 
     def emit(self, type: EventType, payload: dict[str, Any], parent: int | None = None) -> int:
-        """Buffer an event (secrets redacted before it is ever stored) and make sure a flush
+        """Buffer an event (secrets redacted before it is ever stored) and make sure a write
         is coming within the linger; return its seq."""
         check_event_type(type)  # a typo fails here, not as a CHECK that drops the batch
         seq = self._next_seq
         self._next_seq += 1
         self._pending.append(PendingEvent(seq, parent, type, self._redact(payload)))
-        self._flush_soon()
+        if self._background and not self._fenced and not self._exclusive:
+            with contextlib.suppress(RuntimeError):  # no event loop (a pure unit test)
+                self._writer.soon(self)
         return seq
 
-    async def flush(self) -> None:
-        """Append the buffered events (one statement); raise RunFenced if the run is no longer
-        ours. Also learns whether a person asked the run to stop."""
-        async with self._lock:
-            await self._write()
-
-    def _flush_soon(self) -> None:
-        if self._linger is None or self._fenced or self._timer is not None:
+    def _landed(self, count: int, landed: Landed) -> None:
+        """The writer's report for this run's part of a batch (the first count events)."""
+        if not landed.running:
+            self._fenced = True
+            self._pending = []
             return
-        if self._background is not None and not self._background.done():
-            return  # the running one goes round again for this event
-        try:
-            # A timer, not a task: most short runs end (and write everything) within the
-            # linger, and cancelling a timer costs far less than creating and cancelling a task.
-            self._timer = asyncio.get_running_loop().call_later(self._linger, self._linger_over)
-        except RuntimeError:  # no event loop (a pure unit test): explicit flushes write
-            pass
-
-    def _linger_over(self) -> None:
-        self._timer = None
-        if self._pending and not self._fenced:  # an explicit flush may have written them
-            self._background = asyncio.get_running_loop().create_task(self._flush_later())
-
-    async def _flush_later(self) -> None:
-        """The background flush, once the linger is over: write everything buffered, and
-        linger and write again while events keep coming. A fence is remembered for the run;
-        any other error leaves the events buffered for the run's own next flush, which
-        retries and reports it."""
-        while self._pending and not self._fenced:
-            try:
-                async with self._lock:
-                    await self._write()
-            except RunFenced:
-                return
-            except Exception:  # Postgres away past the reconnect budget
-                return
-            if self._pending:
-                await asyncio.sleep(self._linger)
-
-    async def background_idle(self) -> None:
-        """Wait until no background flush is lingering or writing (tests use it to let one
-        land; a run's own writes never need it)."""
-        while self._timer is not None or (self._background is not None
-                                          and not self._background.done()):
-            if self._background is not None and not self._background.done():
-                await asyncio.gather(self._background, return_exceptions=True)
-            else:
-                await asyncio.sleep(self._linger or 0)
-
-    def _stop_background(self) -> None:
-        """Called under the lock by the run's last write: nothing is left for it to do."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._background is not None and not self._background.done():
-            self._background.cancel()
+        del self._pending[:count]
+        self.cancel_requested = landed.cancel_requested
 
     def _raise_if_fenced(self) -> None:
         if self._fenced:
             self._pending = []
             raise RunFenced(f"execution {self.execution_id} is no longer running")
 
-    @reconnecting
-    async def _write(self) -> None:
-        """One append of everything buffered now (the caller holds the lock). Events emitted
-        while it is in flight stay buffered for the next one."""
+    async def flush(self) -> None:
+        """Append the buffered events (in the writer's next batch); raise RunFenced if the
+        run is no longer ours. Also learns whether a person asked the run to stop."""
         self._raise_if_fenced()
-        if not self._pending:
-            return
-        batch = list(self._pending)
-        async with self._pool.connection() as conn:
-            row = await self._append(conn, batch)
-        if not row["running"]:
-            self._fenced = True
-            self._raise_if_fenced()
-        self.cancel_requested = bool(row["cancel_requested"])
-        del self._pending[:len(batch)]
+        if self._pending:
+            await self._writer.now(self)
+        self._raise_if_fenced()
+
+    async def background_idle(self) -> None:
+        """Until no write of this run is queued or in flight (tests use it to let a
+        background write land; a run's own writes never need it)."""
+        while self._writer.pending(self):
+            await self._writer.landed()
 
     async def finish(self, *, status: FinalStatus, outcome: Outcome | None,
-                     reason: str | None = None, finisher: "Finisher | None" = None,
-                     usage: dict[str, int] | None = None) -> None:
-        """Append what is buffered (the terminal event included) and record the verdict
-        together (through the process's finisher, batched with other runs, when given); raise
-        RunFenced if the sweep got there first. usage is the run's whole total
-        ({"input_tokens", "output_tokens", "model_calls"}); None leaves the stored usage."""
+                     reason: str | None = None, usage: dict[str, int] | None = None) -> None:
+        """Append what is buffered (the terminal event included) and record the verdict in
+        the same statement, batched with other runs; raise RunFenced if the sweep got there
+        first. usage is the run's whole total ({"input_tokens", "output_tokens",
+        "model_calls"}); None leaves the stored usage."""
         await failpoints.hit("run.before_complete_commit")
-        async with self._lock:
-            self._stop_background()
+        self._raise_if_fenced()
+        self._verdict = Verdict(status, outcome, reason, usage)
+        landed = await self._writer.now(self)
+        if landed is None or not landed.finished:
+            self._fenced = True
             self._raise_if_fenced()
-            if finisher is None:
-                return await self._finish_alone(status, outcome, reason, usage)
-            events, self._pending = self._pending, []
-            if not await finisher.finish(self.execution_id, self.run_token, status=status,
-                                         outcome=outcome, reason=reason, events=events,
-                                         usage=usage):
-                raise RunFenced(f"execution {self.execution_id} is no longer running")
-
-    async def _finish_alone(self, status: str, outcome: str | None, reason: str | None,
-                            usage: dict[str, int] | None) -> None:
-        item = Finish(self.execution_id, self.run_token, status, outcome, reason, self._pending,
-                      usage=usage)
-        finished = await write_finishes(self._pool, [item])
         self._pending = []
-        if self.execution_id not in finished:
-            raise RunFenced(f"execution {self.execution_id} is no longer running")
+
+    @contextlib.asynccontextmanager
+    async def _alone(self):
+        """The run writes its buffer in its own transaction: out of the writer's queue, after
+        its statement in flight (if any) has landed."""
+        self._exclusive = True
+        self._writer.forget(self)
+        try:
+            while self._busy is not None:
+                await asyncio.shield(self._busy)
+            self._raise_if_fenced()
+            yield
+        finally:
+            self._exclusive = False
 
     async def suspend(self, *, state: dict[str, Any], version: int, approval_id: str,
                       tool_call_id: str, tool: str, arguments: dict[str, Any],
@@ -188,9 +382,7 @@ class RunJournal:
         """Save the run's state, create its approval and end the execution as suspended
         (completed, breadcrumb 'suspended', no terminal event), in one transaction. usage is
         the run's total so far; None leaves the stored usage."""
-        async with self._lock:
-            self._stop_background()
-            self._raise_if_fenced()
+        async with self._alone():
             await self._suspend(state=state, version=version, approval_id=approval_id,
                                 tool_call_id=tool_call_id, tool=tool, arguments=arguments,
                                 usage=usage)
@@ -206,7 +398,7 @@ class RunJournal:
                 if await cursor.fetchone() is None:
                     self._pending = []
                     raise RunFenced(f"execution {self.execution_id} is no longer running")
-                await self._append(conn, self._pending)
+                await self._append(conn)
                 await failpoints.hit("approval.after_pause_before_state_commit")
                 cursor = await conn.execute(QUERIES["update_execution_suspended"], {
                     "execution_id": self.execution_id, "run_token": self.run_token,
@@ -222,9 +414,7 @@ class RunJournal:
         """The worker is going away with this run unfinished: write what is buffered and hand
         the run on (sql.lifecycle.release_run) in one transaction; raise RunFenced if it was no
         longer ours. Returns what release_run did."""
-        async with self._lock:
-            self._stop_background()
-            self._raise_if_fenced()
+        async with self._alone():
             return await self._release(approval_id, saved_state)
 
     @reconnecting
@@ -233,7 +423,7 @@ class RunJournal:
         async with self._pool.connection() as conn:
             async with conn.transaction():
                 if self._pending:
-                    await self._append(conn, self._pending)
+                    await self._append(conn)
                 released = await release_run(conn, self.execution_id, self.run_token,
                                              approval_id=approval_id, saved_state=saved_state)
         self._pending = []
@@ -241,13 +431,12 @@ class RunJournal:
             raise RunFenced(f"execution {self.execution_id} is no longer running")
         return released
 
-    async def _append(self, conn: AsyncConnection, events: list[PendingEvent]) -> dict[str, Any]:
-        # The buffer is cleared only after success, so a retry after a lost connection appends
-        # the same events again, idempotently.
-        cursor = await conn.execute(QUERIES["insert_run_events"], {
-            "execution_id": self.execution_id, "run_token": self.run_token,
-            "events": json.dumps(event_rows(events))})
-        return await cursor.fetchone()
+    async def _append(self, conn: AsyncConnection) -> None:
+        # The same statement as the writer's, inside the caller's transaction. The buffer is
+        # cleared only after the commit, so a retry after a lost connection appends the same
+        # events again, idempotently.
+        await conn.execute(QUERIES["insert_journal_batch"],
+                           {"runs": "[" + _encode(self, self._pending, None) + "]"})
 
 
 async def events_after(conn: AsyncConnection, execution_id: UUID, after: int,

@@ -20,7 +20,7 @@ from tickwork.scheduler.api.app import create_app
 from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.scheduler.tick import TickOutcome, run_tick
 from tickwork.sql.db import DatabaseSettings, open_pool, pool_sizes
-from tickwork.sql.finisher import Finisher
+from tickwork.sql.journal import JournalWriter
 from tickwork.worker import tracing
 from tickwork.worker.model import ModelProvider
 from tickwork.worker.providers.routing import ProviderSettings, build_router
@@ -119,7 +119,7 @@ def worker_deps(pool: AsyncConnectionPool, settings: WorkerSettings, *,
     specs = catalog() if specs is None else specs
     return RunDeps(pool=pool, provider=provider or build_router(ProviderSettings()),
                    catalog={spec.key: spec for spec in specs}, settings=settings,
-                   worker_id=worker or worker_id(), finisher=Finisher(pool))
+                   worker_id=worker or worker_id(), journal_writer=JournalWriter(pool))
 
 
 async def build_worker(url: str, settings: WorkerSettings) -> Worker:
@@ -152,7 +152,7 @@ async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event |
     finally:
         deliveries_stop.set()
         await deliveries
-        await worker.deps.finisher.close()
+        await worker.deps.journal_writer.close()
         await worker.deps.provider.aclose()
         await worker.deps.pool.close()
         await asyncio.to_thread(tracing.shutdown)  # exports the spans still batched

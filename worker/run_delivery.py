@@ -17,7 +17,6 @@ from typing import Any
 
 import structlog
 
-from tickwork.sql.finisher import Finisher
 from tickwork.sql.journal import RunFenced, RunJournal
 from tickwork.worker import tracing
 from tickwork.worker.agent_loop import ROOT_SEQ, RunOutcome, Suspension, run_agent, run_pending
@@ -51,7 +50,7 @@ async def handle_task(task: LeasedTask, deps: RunDeps) -> dict[str, Any]:
 
 async def _run(run: ClaimedRun, deps: RunDeps) -> dict[str, Any]:
     journal = RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
-                         redact=for_journal)
+                         redact=for_journal, writer=deps.journal_writer)
     journal.cancel_requested = run.cancel_requested
     bound = log.bind(execution_id=str(run.id), agent_id=str(run.agent_id),
                      schedule_id=str(run.schedule_id), attempt=run.attempt)
@@ -94,7 +93,7 @@ async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
         bound.info("run_suspended", tool=result.needs.spec.key)
         return {"status": "completed", "breadcrumb": "suspended"}
     usage = held["state"].usage() if "state" in held else None
-    return await _finish(journal, result, bound, deps.finisher, usage)
+    return await _finish(journal, result, bound, usage)
 
 
 async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
@@ -124,12 +123,12 @@ async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
 
 
 async def _finish(journal: RunJournal, outcome: RunOutcome, bound,
-                  finisher: Finisher | None, usage: dict[str, int] | None = None) -> dict[str, Any]:
+                  usage: dict[str, int] | None = None) -> dict[str, Any]:
     journal.emit("run_complete", {"status": outcome.status, "outcome": outcome.outcome,
                                   "reason": outcome.reason, "answer": outcome.answer},
                  parent=ROOT_SEQ)
     await journal.finish(status=outcome.status, outcome=outcome.outcome, reason=outcome.reason,
-                         finisher=finisher, usage=usage)
+                         usage=usage)
     tracing.note_run(**{f"usage.{k}": v for k, v in (usage or {}).items()})
     bound.info("run_finished", status=outcome.status, outcome=outcome.outcome)
     return {"status": outcome.status, "outcome": outcome.outcome}

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from psycopg_pool import AsyncConnectionPool
 
-from tickwork.sql.finisher import Finisher
-from tickwork.sql.journal import RunJournal
+from tickwork.sql.journal import JournalWriter, RunJournal
 from tickwork.worker.agent_loop import Loop
 from tickwork.worker.calls import CallPolicy
 from tickwork.worker.claim import AgentDefinition, ClaimedRun
@@ -31,7 +30,7 @@ class RunDeps:
     catalog: dict[str, ToolSpec]
     settings: WorkerSettings
     worker_id: str
-    finisher: Finisher | None = None  # batches the ends of runs; None writes each alone
+    journal_writer: JournalWriter | None = None  # shared statements; None: a writer per run
 
 
 def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal: RunJournal,

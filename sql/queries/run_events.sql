@@ -1,29 +1,61 @@
--- name: insert_run_events
--- One statement, so one round trip and atomic by itself: lock the running execution FOR SHARE
--- (this conflicts with the sweep's row lock, so an append either lands before the sweep judges
--- the run, whose terminal event then follows it, or finds the run no longer running and
--- appends nothing), append the batch, wake tails, and report a pending cancel request.
--- ON CONFLICT DO NOTHING makes a retried append idempotent: the run numbers its own events, so
--- a conflict can only be this run's earlier attempt whose commit acknowledgement was lost.
--- The batch is one jsonb array of {seq, parent_seq, type, payload} (sql/journal.py): one
--- json.dumps in the worker instead of a typed array per column, each dumped element by element.
-WITH fence AS (
-    SELECT id, cancel_requested_at FROM executions
-     WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
-       FOR SHARE
+-- name: insert_journal_batch
+-- Many runs' journal appends, and the verdicts of those that end, in one statement and one
+-- commit (sql/journal.py JournalWriter): a commit that notifies holds Postgres's one notify
+-- lock through its WAL flush, so one commit per run made thousands of runs queue for it.
+-- Each run is fenced on its own, only while running and only with its token: FOR SHARE for an
+-- append (it conflicts with the sweep's row lock, so an append lands before the sweep judges
+-- the run, whose terminal event then follows it, or finds it no longer running and writes
+-- nothing), FOR UPDATE for a run that ends, whose verdict is recorded with its last events.
+-- Tails are woken once per run (the payload is the run id, as every other notifier sends).
+-- A row per run that was still ours: finished says its verdict was recorded, and
+-- cancel_requested that a person asked it to stop; a run missing from the answer was fenced.
+-- ON CONFLICT DO NOTHING makes a retried batch idempotent: a run numbers its own events, so a
+-- conflict can only be its earlier attempt whose commit acknowledgement was lost.
+-- The batch is one jsonb array, one object per run with its events nested: one json.dumps
+-- in the worker instead of typed arrays dumped element by element. Each run's row is locked
+-- by its own lookup (a locking subquery is not flattened into a join), so executions is
+-- reached by its primary key, never by a scan of every running run; rows lock in id order.
+WITH runs AS (
+    SELECT * FROM jsonb_to_recordset(%(runs)s::jsonb)
+             AS r(id uuid, run_token uuid, finish boolean, status text, outcome text,
+                  reason text, usage jsonb, events jsonb)
+), ending AS (
+    SELECT e.id
+      FROM (SELECT id, run_token FROM runs WHERE finish ORDER BY id) r
+     CROSS JOIN LATERAL (SELECT id FROM executions
+                          WHERE id = r.id AND run_token = r.run_token AND status = 'running'
+                            FOR UPDATE) e
+), going AS (
+    SELECT e.id, e.cancel_requested_at
+      FROM (SELECT id, run_token FROM runs WHERE NOT finish ORDER BY id) r
+     CROSS JOIN LATERAL (SELECT id, cancel_requested_at FROM executions
+                          WHERE id = r.id AND run_token = r.run_token AND status = 'running'
+                            FOR SHARE) e
+), fence AS (
+    SELECT id FROM ending UNION ALL SELECT id FROM going
 ), appended AS (
     INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
-    SELECT fence.id, e.seq, e.parent_seq, e.type, e.payload
-      FROM fence,
-           jsonb_to_recordset(%(events)s::jsonb)
-             AS e(seq integer, parent_seq integer, type text, payload jsonb)
+    SELECT r.id, ev.seq, ev.parent_seq, ev.type, ev.payload
+      FROM runs r
+      JOIN fence f ON f.id = r.id
+     CROSS JOIN LATERAL jsonb_to_recordset(r.events)
+           AS ev(seq integer, parent_seq integer, type text, payload jsonb)
     ON CONFLICT (execution_id, seq) DO NOTHING
+), finished AS (
+    UPDATE executions e
+       SET status = r.status, outcome = r.outcome, reason = r.reason, finished_at = now(),
+           usage = coalesce(r.usage, e.usage)  -- a NULL usage leaves the column as it is
+      FROM runs r
+     WHERE e.id = r.id AND e.id = ANY (ARRAY(SELECT id FROM ending))  -- by primary key
+    RETURNING e.id
 ), notified AS (
-    SELECT pg_notify('tickwork_events', fence.id::text) FROM fence
+    SELECT count(pg_notify('tickwork_events', id::text)) AS n FROM fence
 )
-SELECT (SELECT count(*) FROM fence) AS running,
-       (SELECT cancel_requested_at IS NOT NULL FROM fence) AS cancel_requested,
-       (SELECT count(*) FROM notified) AS notified;
+SELECT g.id, false AS finished, g.cancel_requested_at IS NOT NULL AS cancel_requested,
+       (SELECT n FROM notified) AS notified
+  FROM going g
+UNION ALL
+SELECT f.id, true, false, (SELECT n FROM notified) FROM finished f;
 
 -- name: list_run_events
 -- A run's journal after a sequence number, in order, one page (tails and replays).

@@ -46,7 +46,7 @@ async def hostile_worker(pool, db_url, model: HostileModel, **settings):
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
-        await deps.finisher.close()
+        await deps.journal_writer.close()
         await provider.aclose()
 
 

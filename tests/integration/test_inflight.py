@@ -75,7 +75,7 @@ async def run_all_with_two_connections(db_url: str, script: list, meeting: Meeti
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
-        await deps.finisher.close()
+        await deps.journal_writer.close()
         await pool.close()
 
 

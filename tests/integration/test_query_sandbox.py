@@ -188,7 +188,7 @@ async def test_a_runaway_query_in_a_run_is_a_failed_call_that_says_it_was_stoppe
     await until(db_url, "SELECT status = 'completed' FROM executions WHERE id = %s", (run_id,))
     stop.set()
     await worker
-    await deps.finisher.close()
+    await deps.journal_writer.close()
     with psycopg.connect(db_url) as conn:
         [payload] = [row[0] for row in conn.execute(
             "SELECT payload FROM run_events WHERE execution_id = %s AND type = 'tool_complete'"

@@ -122,7 +122,7 @@ async def test_a_run_on_a_real_model_with_a_real_judge_ends_honestly_over_a_well
         finally:
             stop.set()
             await task
-            await deps.finisher.close()
+            await deps.journal_writer.close()
             await provider.aclose()
             await http.aclose()
     run = (await api.get(f"/v1/runs/{run_id}")).json()

@@ -15,8 +15,7 @@ import pytest
 from tickwork.scheduler.api.app import create_app, stop_hub
 from tickwork.scheduler.tick import run_tick
 from tickwork.sql.db import open_pool
-from tickwork.sql.finisher import Finisher
-from tickwork.sql.journal import RunJournal
+from tickwork.sql.journal import JournalWriter, RunJournal
 from tests.integration.api_checks import assert_error, fingerprint
 from tests.integration.test_honest_runs import paused_run
 from tests.integration.test_roles import granted  # noqa: F401  (fixture)
@@ -40,14 +39,14 @@ async def queue_run(api, agent_id: str) -> str:
     return response.json()["id"]
 
 
-async def start_by_hand(api, pool) -> tuple[str, RunJournal]:
+async def start_by_hand(api, pool, writer: JournalWriter | None = None) -> tuple[str, RunJournal]:
     """A run queued through the API and claimed as a worker claims it, with its journal: the
     test then plays the worker's part of finishing or suspending it."""
     run_id = await queue_run(api, await make_agent(api, name=f"by-hand-{uuid4().hex[:8]}"))
     [run] = await claim_queued_runs(pool, limit=10, worker_id="test")
     assert str(run.id) == run_id
     return run_id, RunJournal(pool, run.id, run.run_token, next_seq=run.next_seq,
-                              redact=lambda value: value)
+                              redact=lambda value: value, writer=writer)
 
 
 def terminal(journal: RunJournal, usage: dict) -> None:
@@ -73,15 +72,15 @@ async def test_every_run_shape_carries_usage_starting_at_zero(api):
     assert all(type(v) is int for v in listed["usage"].values())
 
 
-async def test_a_run_finished_through_the_finisher_stores_its_usage(api, pool):
-    run_id, journal = await start_by_hand(api, pool)
+async def test_a_run_finished_through_the_process_journal_writer_stores_its_usage(api, pool):
+    writer = JournalWriter(pool)
+    run_id, journal = await start_by_hand(api, pool, writer)
     usage = {"input_tokens": 1200, "output_tokens": 345, "model_calls": 3}
     terminal(journal, usage)
-    finisher = Finisher(pool)
     try:
-        await journal.finish(status="completed", outcome="done", finisher=finisher, usage=usage)
+        await journal.finish(status="completed", outcome="done", usage=usage)
     finally:
-        await finisher.close()
+        await writer.close()
     run = await run_json(api, run_id)
     assert (run["status"], run["outcome"], run["usage"]) == ("completed", "done", usage)
     [listed] = (await api.get("/v1/runs")).json()["items"]

@@ -87,7 +87,7 @@ async def worker(pool, db_url, *, provider=None, extra=(), **settings):
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
-        await deps.finisher.close()
+        await deps.journal_writer.close()
 
 
 async def agent(api, tools, auto_approve=(), name="promises", db_url=None, raw_tools=None):

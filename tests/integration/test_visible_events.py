@@ -63,7 +63,7 @@ async def gated_worker(pool, db_url: str, *, model: Gate | None = None,
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
-        await deps.finisher.close()
+        await deps.journal_writer.close()
 
 
 def has_event(run_id: str, type: str) -> tuple[str, tuple]:

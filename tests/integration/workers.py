@@ -39,7 +39,7 @@ async def running_worker(pool, db_url: str, **settings):
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
-        await worker.deps.finisher.close()
+        await worker.deps.journal_writer.close()
 
 
 def scalar(db_url: str, sql: str, params: tuple = ()):

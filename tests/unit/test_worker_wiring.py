@@ -37,12 +37,12 @@ def test_the_worker_package_has_no_wiring_of_its_own():
     assert processes.build_worker.__module__ == "tickwork.processes"
 
 
-async def test_the_wiring_gives_every_run_the_catalog_the_settings_and_a_finisher():
+async def test_the_wiring_gives_every_run_the_catalog_the_settings_and_the_journal_writer():
     from tickwork.worker.settings import WorkerSettings
 
     settings = WorkerSettings(concurrency=3)
     deps = processes.worker_deps(None, settings, worker="w:1")
     assert deps.settings is settings and deps.worker_id == "w:1"
     assert {"update_plan", "query_file", "demo.get_record"} <= set(deps.catalog)
-    assert deps.finisher is not None and Worker(deps, "postgresql://").deps is deps
+    assert deps.journal_writer is not None and Worker(deps, "postgresql://").deps is deps
     await deps.provider.aclose()

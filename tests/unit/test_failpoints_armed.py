@@ -16,6 +16,9 @@ HIT = re.compile(r"""failpoints\.hit\(\s*["']([\w.]+)["']""")
 # "name=action" (actions: exit, raise, sleep:MS, block:NAME).
 ARM_CALL = re.compile(r"""failpoints\.arm\(\s*["']([\w.]+)["']""")
 ARM_ENV = re.compile(r"""([a-z_]+\.[a-z_.]+)=(?:exit|raise|sleep:|block:)""")
+# Names a test sets on purpose where nothing may hit them: test_suite_environment.py puts this
+# one in a hostile shell to show the conftest keeps TICKWORK_FAILPOINTS from the suite.
+NEVER_HIT = {"claim.after_lock"}
 
 
 def hit_names() -> dict[str, list[str]]:
@@ -52,4 +55,4 @@ def test_every_failpoint_hit_in_the_code_is_armed_by_a_test():
 
 
 def test_every_failpoint_a_test_arms_is_hit_somewhere_in_the_code():
-    assert armed_names() - set(hit_names()) == set()
+    assert armed_names() - set(hit_names()) - NEVER_HIT == set()

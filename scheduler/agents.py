@@ -8,6 +8,7 @@ from uuid import UUID
 from psycopg import AsyncConnection
 
 from tickwork.scheduler.models import AgentIn
+from tickwork.scheduler.pagination import decode_cursor, page
 from tickwork.scheduler.serialize import AGENT_FIELDS, pick
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql import QUERIES
@@ -68,6 +69,21 @@ async def get_agent(conn: AsyncConnection, principal: Principal, agent_id: UUID)
     if row is None:
         raise agent_not_found(agent_id)
     return row
+
+
+async def list_agents(conn: AsyncConnection, principal: Principal, *, name: str | None,
+                      limit: int, cursor: str | None) -> dict[str, Any]:
+    """A page of the tenant's agents, optionally only the one of that name."""
+    rows = await (await conn.execute(QUERIES["list_agents"], {
+        "tenant_id": principal.tenant_id, "name": name, "cursor": decode_cursor(cursor),
+        "limit": limit + 1})).fetchall()
+    return page(rows, limit, public_agent)
+
+
+async def list_tools(conn: AsyncConnection) -> dict[str, Any]:
+    """The live tool catalog an agent's tool keys are checked against (one page: it is small)."""
+    rows = await (await conn.execute(QUERIES["list_tools"])).fetchall()
+    return {"items": rows, "next_cursor": None}
 
 
 async def delete_agent(conn: AsyncConnection, principal: Principal, agent_id: UUID) -> None:

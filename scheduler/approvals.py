@@ -10,6 +10,7 @@ from tickwork.scheduler.serialize import pick
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql import QUERIES
 from tickwork.sql.errors import Conflict, NotFound
+from tickwork.sql.vocabulary import ApprovalStatus
 
 APPROVAL_FIELDS = ("id", "execution_id", "tool", "arguments", "status", "reason", "created_at",
                    "decided_at")
@@ -17,6 +18,18 @@ APPROVAL_FIELDS = ("id", "execution_id", "tool", "arguments", "status", "reason"
 
 def public_approval(row: dict[str, Any]) -> dict[str, Any]:
     return pick(row, APPROVAL_FIELDS)
+
+
+async def list_approvals(conn: AsyncConnection, principal: Principal, *,
+                         status: ApprovalStatus | None, limit: int,
+                         cursor: str | None) -> dict[str, Any]:
+    """A page of the tenant's approvals; an approval's id is its own cursor (it is not a UUID:
+    the run's id and the harness's call id)."""
+    rows = await (await conn.execute(QUERIES["list_approvals"], {
+        "tenant_id": principal.tenant_id, "status": status, "cursor": cursor,
+        "limit": limit + 1})).fetchall()
+    items = [public_approval(row) for row in rows[:limit]]
+    return {"items": items, "next_cursor": items[-1]["id"] if len(rows) > limit else None}
 
 
 async def decide(conn: AsyncConnection, principal: Principal, approval_id: str, *,

@@ -1,4 +1,5 @@
-"""Runs started by a person or a program: "run now" on a schedule and runs of an agent.
+"""Runs started by a person or a program ("run now" on a schedule, runs of an agent), listed
+and cancelled.
 
 Both start through one statement (sql insert_agent_run) and go down the same path as a cron
 fire: an execution row and a queue task named by its id, inserted with NOTIFY. An
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -18,12 +20,14 @@ from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
 from tickwork.scheduler.agents import agent_not_found, get_agent
+from tickwork.scheduler.pagination import decode_cursor, page
 from tickwork.scheduler.schedules import get_schedule
 from tickwork.scheduler.serialize import RUN_FIELDS, pick
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql import QUERIES
 from tickwork.sql.errors import Conflict, InvalidInput, NotFound
 from tickwork.sql.ids import new_id
+from tickwork.sql.vocabulary import RunStatus
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "model_calls")
 
@@ -117,4 +121,29 @@ async def get_run(conn: AsyncConnection, principal: Principal, run_id: UUID) -> 
     row = await cursor.fetchone()
     if row is None:
         raise NotFound("run", run_id, "list runs with GET /v1/runs")
+    return public_run(row)
+
+
+async def list_runs(conn: AsyncConnection, principal: Principal, *, agent_id: UUID | None,
+                    schedule_id: UUID | None, status: RunStatus | None, since: datetime | None,
+                    limit: int, cursor: str | None) -> dict[str, Any]:
+    """A page of the tenant's runs, newest first, by agent, schedule, status and creation time."""
+    rows = await (await conn.execute(QUERIES["list_executions"], {
+        "tenant_id": principal.tenant_id, "agent_id": agent_id, "schedule_id": schedule_id,
+        "status": status, "since": since, "cursor": decode_cursor(cursor),
+        "limit": limit + 1})).fetchall()
+    return page(rows, limit, public_run)
+
+
+async def cancel_run(conn: AsyncConnection, principal: Principal, run_id: UUID) -> dict:
+    """A queued run, or one waiting for approval, is cancelled at once (the waiting run's
+    approvals with it); a running one stops at its next turn boundary. A run that has ended
+    is a Conflict; another tenant's is not found."""
+    async with conn.transaction():
+        row = await (await conn.execute(QUERIES["update_execution_cancelled"], {
+            "id": run_id, "tenant_id": principal.tenant_id})).fetchone()
+    if row is None:
+        run = await get_run(conn, principal, run_id)  # NotFound when it is not this tenant's
+        raise Conflict(f"run {run_id} is {run['status']} and can no longer be cancelled",
+                       status=run["status"])
     return public_run(row)

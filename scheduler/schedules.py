@@ -13,6 +13,7 @@ from psycopg.types.json import Jsonb
 from tickwork.scheduler import cron
 from tickwork.scheduler.agents import get_agent
 from tickwork.scheduler.models import ScheduleIn, SchedulePatch
+from tickwork.scheduler.pagination import decode_cursor, page
 from tickwork.scheduler.serialize import HISTORY_FIELDS, SCHEDULE_FIELDS, pick
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql import QUERIES
@@ -94,6 +95,15 @@ async def get_schedule(conn: AsyncConnection, principal: Principal, schedule_id:
     if row is None:
         raise schedule_not_found(schedule_id)
     return Schedule.from_row(row)
+
+
+async def list_schedules(conn: AsyncConnection, principal: Principal, *, agent_id: UUID | None,
+                         limit: int, cursor: str | None) -> dict[str, Any]:
+    """A page of the tenant's schedules, optionally one agent's."""
+    rows = await (await conn.execute(QUERIES["list_schedules"], {
+        "tenant_id": principal.tenant_id, "agent_id": agent_id,
+        "cursor": decode_cursor(cursor), "limit": limit + 1})).fetchall()
+    return page(rows, limit, public_schedule)
 
 
 async def patch_schedule(conn: AsyncConnection, principal: Principal, schedule_id: UUID,

@@ -7,12 +7,13 @@ from uuid import UUID
 
 from fastapi import APIRouter, Body, Depends, Header
 
-from tickwork.scheduler.agents import create_agent, delete_agent, get_agent, public_agent, replace_agent
+from tickwork.scheduler import agents
+from tickwork.scheduler.agents import (create_agent, delete_agent, get_agent, public_agent,
+                                         replace_agent)
 from tickwork.scheduler.api.deps import Session, session
 from tickwork.scheduler.models import AgentIn, RunIn
-from tickwork.scheduler.pagination import check_limit, decode_cursor, page
+from tickwork.scheduler.pagination import check_limit
 from tickwork.scheduler.runs import request_hash, start_agent_run
-from tickwork.sql import QUERIES
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
@@ -26,11 +27,8 @@ async def create(body: AgentIn, s: Session = Depends(session)) -> dict:
 @router.get("")
 async def list_agents(limit: int = 50, cursor: str | None = None, name: str | None = None,
                       s: Session = Depends(session)) -> dict:
-    limit = check_limit(limit)
-    rows = await (await s.conn.execute(QUERIES["list_agents"], {
-        "tenant_id": s.principal.tenant_id, "name": name, "cursor": decode_cursor(cursor),
-        "limit": limit + 1})).fetchall()
-    return page(rows, limit, public_agent)
+    return await agents.list_agents(s.conn, s.principal, name=name, limit=check_limit(limit),
+                                    cursor=cursor)
 
 
 @router.get("/{agent_id}")

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends, Path
 
 from tickwork.scheduler.api.deps import Session, session
-from tickwork.scheduler.approvals import decide, public_approval
+from tickwork.scheduler import approvals
+from tickwork.scheduler.approvals import decide
 from tickwork.scheduler.models import DecisionIn
 from tickwork.scheduler.pagination import check_limit
-from tickwork.sql import QUERIES
 from tickwork.sql.vocabulary import ApprovalStatus
 
 router = APIRouter(prefix="/v1/approvals", tags=["approvals"])
@@ -21,12 +21,8 @@ ApprovalId = Annotated[str, Path(max_length=200, pattern=r"^[0-9a-f-]{36}:[A-Za-
 async def list_approvals(status: ApprovalStatus | None = None,
                          limit: int = 50, cursor: str | None = None,
                          s: Session = Depends(session)) -> dict:
-    limit = check_limit(limit)
-    rows = await (await s.conn.execute(QUERIES["list_approvals"], {
-        "tenant_id": s.principal.tenant_id, "status": status, "cursor": cursor,
-        "limit": limit + 1})).fetchall()
-    items = [public_approval(row) for row in rows[:limit]]
-    return {"items": items, "next_cursor": items[-1]["id"] if len(rows) > limit else None}
+    return await approvals.list_approvals(s.conn, s.principal, status=status,
+                                          limit=check_limit(limit), cursor=cursor)
 
 
 @router.post("/{approval_id}/approve")

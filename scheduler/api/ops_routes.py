@@ -10,12 +10,12 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from tickwork.scheduler.api.deps import (Session, operator_principal, pool_of, session,
                                 settings_of)
+from tickwork.scheduler.agents import list_tools
 from tickwork.scheduler.metrics import app_metrics, read_snapshot, sse_subscribers
 from tickwork.scheduler.tokens import Principal
 from tickwork.scheduler.models import TickIn
 from tickwork.scheduler.serialize import parse_utc
 from tickwork.scheduler.tick import run_tick
-from tickwork.sql import QUERIES
 from tickwork.sql.errors import InvalidInput
 
 router = APIRouter(tags=["operations"])
@@ -63,5 +63,4 @@ async def tick(request: Request, body: Annotated[TickIn | None, Body()] = None,
 
 @router.get("/v1/tools")
 async def tools(s: Session = Depends(session)) -> dict:
-    rows = await (await s.conn.execute(QUERIES["list_tools"])).fetchall()
-    return {"items": rows, "next_cursor": None}
+    return await list_tools(s.conn)

@@ -11,14 +11,13 @@ from fastapi.responses import StreamingResponse
 
 from tickwork.scheduler.api.deps import (Session, counted, hub_of, pool_of, principal_only, session,
                                 settings_of)
-from tickwork.scheduler.pagination import check_limit, decode_cursor, page
-from tickwork.scheduler.runs import get_run, public_run
+from tickwork.scheduler import runs
+from tickwork.scheduler.pagination import check_limit
+from tickwork.scheduler.runs import get_run
 from tickwork.scheduler.serialize import EVENT_FIELDS, parse_utc, pick, utc_text
 from tickwork.scheduler.tail import (MAX_SEQ, check_resumable, create_ticket, principal_from_ticket,
                             resume_point, stream)
 from tickwork.scheduler.tokens import Principal
-from tickwork.sql import QUERIES
-from tickwork.sql.errors import Conflict
 from tickwork.sql.journal import events_after
 from tickwork.sql.vocabulary import RunStatus
 
@@ -31,12 +30,9 @@ async def list_runs(limit: int = 50, cursor: str | None = None, agent_id: UUID |
                     since: Annotated[str | None, Query(max_length=40)] = None,
                     s: Session = Depends(session)) -> dict:
     """Runs newest first; ``since`` (RFC 3339 UTC, ending in Z) keeps runs created at or after it."""
-    limit = check_limit(limit)
-    rows = await (await s.conn.execute(QUERIES["list_executions"], {
-        "tenant_id": s.principal.tenant_id, "agent_id": agent_id, "schedule_id": schedule_id,
-        "status": status, "since": parse_utc(since, "since") if since else None,
-        "cursor": decode_cursor(cursor), "limit": limit + 1})).fetchall()
-    return page(rows, limit, public_run)
+    return await runs.list_runs(s.conn, s.principal, agent_id=agent_id, schedule_id=schedule_id,
+                                status=status, since=parse_utc(since, "since") if since else None,
+                                limit=check_limit(limit), cursor=cursor)
 
 
 @router.get("/{run_id}")
@@ -83,11 +79,4 @@ async def _tail_principal(request: Request, run_id: UUID, ticket: str | None) ->
 async def cancel(run_id: UUID, s: Session = Depends(session)) -> dict:
     """A queued run, or one waiting for approval, is cancelled at once (the waiting run's
     approvals with it); a running one stops at its next turn boundary."""
-    async with s.conn.transaction():
-        row = await (await s.conn.execute(QUERIES["update_execution_cancelled"], {
-            "id": run_id, "tenant_id": s.principal.tenant_id})).fetchone()
-    if row is None:
-        run = await get_run(s.conn, s.principal, run_id)  # 404 when it is not this tenant's
-        raise Conflict(f"run {run_id} is {run['status']} and can no longer be cancelled",
-                       status=run["status"])
-    return public_run(row)
+    return await runs.cancel_run(s.conn, s.principal, run_id)

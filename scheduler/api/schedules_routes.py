@@ -11,11 +11,11 @@ from fastapi import APIRouter, Body, Depends
 from tickwork.scheduler.api.agents_routes import IdempotencyKey
 from tickwork.scheduler.api.deps import Session, session
 from tickwork.scheduler.models import RunNowIn, ScheduleIn, SchedulePatch
-from tickwork.scheduler.pagination import check_limit, decode_cursor, page
+from tickwork.scheduler.pagination import check_limit
 from tickwork.scheduler.runs import request_hash, run_schedule_now
-from tickwork.scheduler.schedules import (create_schedule, delete_schedule, get_schedule, patch_schedule,
-                                 public_schedule, schedule_history)
-from tickwork.sql import QUERIES
+from tickwork.scheduler import schedules
+from tickwork.scheduler.schedules import (create_schedule, delete_schedule, get_schedule,
+                                          patch_schedule, public_schedule, schedule_history)
 
 router = APIRouter(prefix="/v1/schedules", tags=["schedules"])
 
@@ -28,11 +28,8 @@ async def create(body: ScheduleIn, s: Session = Depends(session)) -> dict:
 @router.get("")
 async def list_schedules(limit: int = 50, cursor: str | None = None,
                          agent_id: UUID | None = None, s: Session = Depends(session)) -> dict:
-    limit = check_limit(limit)
-    rows = await (await s.conn.execute(QUERIES["list_schedules"], {
-        "tenant_id": s.principal.tenant_id, "agent_id": agent_id,
-        "cursor": decode_cursor(cursor), "limit": limit + 1})).fetchall()
-    return page(rows, limit, public_schedule)
+    return await schedules.list_schedules(s.conn, s.principal, agent_id=agent_id,
+                                          limit=check_limit(limit), cursor=cursor)
 
 
 @router.get("/{schedule_id}")

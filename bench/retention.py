@@ -13,7 +13,9 @@ run costs its execution and claim. --journal default leaves them in the default 
 in a database younger than a month: retention deletes them row by row (the costly case).
 Wall-clock rates move with whatever else the machine runs, so it also prints
 pg_cpu_ms_per_1000_runs: the CPU retention's own Postgres backend spent per 1,000 runs deleted
-(read from /proc when the server runs on this machine), the figure to compare across hours.
+(read from /proc when the server runs on this machine), the figure to compare across hours,
+and one_core_ratio: the ratio that CPU per run allows when retention's backend has a core to
+itself (a ceiling, not a measurement).
 Last line: one JSON object.
 """
 
@@ -232,6 +234,10 @@ def main() -> None:
     drain_ratio = deleted_per_s / create_per_s
     cpu_s = result["backend_cpu_s"]
     cpu_ms_per_1000 = round(1e6 * cpu_s / result["deleted"], 1) if cpu_s and result["deleted"] else None
+    # The ratio retention's backend would reach with one core to itself (and commits that cost
+    # no CPU): its CPU per run, not the machine's load, sets it. A ceiling, not a measurement.
+    one_core_ratio = (round(1e6 / cpu_ms_per_1000 * min(args.budget, TICK_INTERVAL_S)
+                            / TICK_INTERVAL_S / create_per_s, 2) if cpu_ms_per_1000 else None)
     for tick in result["ticks"]:
         say(f"tick: deleted {tick['deleted']} in {tick['s']} s")
     say(f"retention deleted {result['deleted']} runs in {result['elapsed_s']:.1f} s "
@@ -250,7 +256,7 @@ def main() -> None:
         "ratio_delete_vs_create": round(ratio, 2), "drain_ratio": round(drain_ratio, 2),
         "backlog": args.backlog, "journal": args.journal, "batch_size": args.batch_size, "budget_s": args.budget,
         "ticks": len(result["ticks"]), "elapsed_s": round(result["elapsed_s"], 2),
-        "pg_cpu_ms_per_1000_runs": cpu_ms_per_1000,
+        "pg_cpu_ms_per_1000_runs": cpu_ms_per_1000, "one_core_ratio": one_core_ratio,
         "machine_busy_pct": result["busy_pct"], "load_average": load,
         "verified": result["verified"]}), flush=True)
     if not result["verified"]:

@@ -14,6 +14,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
+from tests.factories import create_agent
 from tests.integration.api_checks import fingerprint, assert_error, check_every_response
 
 
@@ -35,12 +36,6 @@ def parse_z(text: str) -> datetime:
     return datetime.fromisoformat(text[:-1]).replace(tzinfo=timezone.utc)
 
 
-async def make_agent(api, name: str = "reporter", **fields) -> dict:
-    response = await api.post("/v1/agents", json={"name": name, **fields})
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
 # --- create and read ---------------------------------------------------------------------------
 
 async def test_creating_an_agent_returns_201_with_the_stored_definition(api):
@@ -60,15 +55,15 @@ async def test_creating_an_agent_returns_201_with_the_stored_definition(api):
 
 
 async def test_an_agent_without_optional_fields_gets_the_defaults(api):
-    agent = await make_agent(api, "bare")
+    agent = await create_agent(api, "bare")
 
     assert (agent["instructions"], agent["tools"], agent["auto_approve"], agent["status"]) == (
         "", [], [], "active")
 
 
 async def test_an_agent_reads_back_exactly_as_created(api):
-    created = await make_agent(api, "reporter", instructions="Be brief.", tools=["update_plan"],
-                               status="draft")
+    created = await create_agent(api, "reporter", instructions="Be brief.", tools=["update_plan"],
+                                 status="draft")
 
     response = await api.get(f"/v1/agents/{created['id']}")
 
@@ -88,7 +83,7 @@ async def test_an_unknown_agent_id_is_a_404_naming_the_id(api):
 
 @pytest.mark.parametrize("total", [5, 4])
 async def test_listing_agents_two_at_a_time_sees_each_agent_exactly_once(api, total):
-    created = {(await make_agent(api, f"agent-{n}"))["id"] for n in range(total)}
+    created = {(await create_agent(api, f"agent-{n}"))["id"] for n in range(total)}
 
     seen, pages, cursor = [], 0, None
     while True:
@@ -110,7 +105,7 @@ async def test_listing_agents_two_at_a_time_sees_each_agent_exactly_once(api, to
 
 
 async def test_one_page_holding_everything_has_no_next_cursor(api):
-    await make_agent(api, "only")
+    await create_agent(api, "only")
 
     page = (await api.get("/v1/agents", params={"limit": 50})).json()
 
@@ -139,8 +134,8 @@ async def test_a_cursor_the_api_never_gave_out_is_refused(api):
 # --- replace -----------------------------------------------------------------------------------
 
 async def test_put_replaces_the_whole_definition_and_keeps_id_and_created_at(api):
-    created = await make_agent(api, "reporter", instructions="old", tools=["demo.get_record"],
-                               auto_approve=["demo.get_record"])
+    created = await create_agent(api, "reporter", instructions="old", tools=["demo.get_record"],
+                                 auto_approve=["demo.get_record"])
 
     response = await api.put(f"/v1/agents/{created['id']}", json={
         "name": "writer", "instructions": "new", "tools": ["demo.send_message"],
@@ -169,7 +164,7 @@ async def test_put_on_an_unknown_agent_is_a_404_and_creates_nothing(api, db_url)
 # --- delete ------------------------------------------------------------------------------------
 
 async def test_delete_is_204_then_the_agent_is_gone(api):
-    agent = await make_agent(api)
+    agent = await create_agent(api)
 
     response = await api.delete(f"/v1/agents/{agent['id']}")
 
@@ -181,8 +176,8 @@ async def test_delete_is_204_then_the_agent_is_gone(api):
 
 
 async def test_deleting_an_agent_removes_its_schedules_and_only_its_own(api, db_url):
-    doomed = await make_agent(api, "doomed")
-    kept = await make_agent(api, "kept")
+    doomed = await create_agent(api, "doomed")
+    kept = await create_agent(api, "kept")
     for agent, cron in ((doomed, "0 9 * * *"), (doomed, "0 17 * * *"), (kept, "0 9 * * *")):
         response = await api.post("/v1/schedules", json={"agent_id": agent["id"], "cron": cron})
         assert response.status_code == 201, response.text
@@ -217,7 +212,7 @@ async def test_unknown_tool_keys_are_a_400_naming_each_unknown_key_and_nothing_i
 
 
 async def test_replacing_an_agent_with_unknown_tool_keys_is_a_400_and_changes_nothing(api, db_url):
-    agent = await make_agent(api, tools=["demo.get_record"])
+    agent = await create_agent(api, tools=["demo.get_record"])
     before = await fingerprint(db_url)
 
     response = await api.put(f"/v1/agents/{agent['id']}", json={
@@ -233,7 +228,7 @@ async def test_every_published_tool_key_is_accepted(api):
     keys = ["demo.get_record", "demo.list_records", "demo.search_records", "demo.send_message",
             "update_plan", "task_complete", "read_file", "query_file"]
 
-    agent = await make_agent(api, tools=keys)
+    agent = await create_agent(api, tools=keys)
 
     assert agent["tools"] == keys
 
@@ -254,7 +249,7 @@ async def test_auto_approve_outside_the_agents_tools_is_a_422_and_nothing_is_sto
 async def test_instructions_of_exactly_16384_characters_are_accepted(api, db_url):
     text = "x" * 16_383 + "\U0001d11e"  # the limit counts characters, not bytes
 
-    agent = await make_agent(api, instructions=text)
+    agent = await create_agent(api, instructions=text)
 
     assert agent["instructions"] == text
     assert await scalar(db_url, "SELECT char_length(instructions) FROM agents") == 16_384
@@ -271,7 +266,7 @@ async def test_instructions_of_16385_characters_are_refused_and_nothing_is_store
 
 
 async def test_a_duplicate_name_is_a_409_and_nothing_is_stored(api, db_url):
-    await make_agent(api, "reporter")
+    await create_agent(api, "reporter")
     before = await fingerprint(db_url)
 
     assert_error(await api.post("/v1/agents", json={"name": "reporter"}), 409)
@@ -280,8 +275,8 @@ async def test_a_duplicate_name_is_a_409_and_nothing_is_stored(api, db_url):
 
 
 async def test_renaming_an_agent_onto_another_agents_name_is_a_409_and_changes_nothing(api, db_url):
-    await make_agent(api, "first")
-    second = await make_agent(api, "second")
+    await create_agent(api, "first")
+    second = await create_agent(api, "second")
     before = await fingerprint(db_url)
 
     assert_error(await api.put(f"/v1/agents/{second['id']}", json={"name": "first"}), 409)
@@ -290,7 +285,7 @@ async def test_renaming_an_agent_onto_another_agents_name_is_a_409_and_changes_n
 
 
 async def test_the_same_name_in_another_tenant_is_not_a_duplicate(api):
-    await make_agent(api, "reporter")
+    await create_agent(api, "reporter")
 
     response = await api.post("/v1/agents", json={"name": "reporter"},
                               headers={"Authorization": f"Bearer {api.tokens['globex']}"})

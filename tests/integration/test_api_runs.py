@@ -9,11 +9,13 @@ from uuid import UUID
 
 import pytest
 
+from tests.factories import create_agent, create_schedule
 from tests.integration.api_checks import fingerprint, fetch, assert_error, check_every_response
 
 
 RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 MISSING = "0190a000-0000-7000-8000-000000000000"
+TOOLS = ["demo.get_record"]  # the tools of every agent made here
 RUN_CONTRACT_FIELDS = {"id", "agent_id", "schedule_id", "trigger_type", "trigger_source", "status",
                        "outcome", "breadcrumb", "attempt", "retry_of", "scheduled_for",
                        "created_at", "started_at", "finished_at"}
@@ -22,18 +24,6 @@ RUN_CONTRACT_FIELDS = {"id", "agent_id", "schedule_id", "trigger_type", "trigger
 @pytest.fixture(autouse=True)
 def every_response_is_well_formed(api):
     check_every_response(api)
-
-
-async def make_agent(api, name: str = "reporter") -> dict:
-    response = await api.post("/v1/agents", json={"name": name, "tools": ["demo.get_record"]})
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-async def make_schedule(api, agent_id: str, cron: str = "0 9 * * *", **fields) -> dict:
-    response = await api.post("/v1/schedules", json={"agent_id": agent_id, "cron": cron, **fields})
-    assert response.status_code == 201, response.text
-    return response.json()
 
 
 async def start_run(api, agent_id: str, **body) -> dict:
@@ -49,7 +39,7 @@ def ids(page: dict) -> set[str]:
 # --- starting a run ----------------------------------------------------------------------------
 
 async def test_running_an_agent_queues_an_api_run_and_its_queue_task(api, db_url):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
     run_input = {"script": [{"text": "Done."}], "judge": ["done"]}
 
     response = await api.post(f"/v1/agents/{agent['id']}/runs",
@@ -68,7 +58,7 @@ async def test_running_an_agent_queues_an_api_run_and_its_queue_task(api, db_url
 
 
 async def test_a_run_without_a_body_gets_empty_input_and_the_default_timeout(api, db_url):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
 
     response = await api.post(f"/v1/agents/{agent['id']}/runs")
 
@@ -89,7 +79,7 @@ async def test_running_an_unknown_agent_is_a_404_and_queues_nothing(api, db_url)
 # --- reading runs ------------------------------------------------------------------------------
 
 async def test_a_run_has_every_contract_field_with_its_value(api):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
     started = await start_run(api, agent["id"])
 
     response = await api.get(f"/v1/runs/{started['id']}")
@@ -115,8 +105,9 @@ async def test_an_unknown_run_is_a_404_naming_the_id(api):
 
 
 async def test_the_run_list_filters_by_agent_schedule_and_status(api, db_url):
-    alpha, beta = await make_agent(api, "alpha"), await make_agent(api, "beta")
-    schedule = await make_schedule(api, alpha["id"])
+    alpha, beta = (await create_agent(api, "alpha", tools=TOOLS),
+                   await create_agent(api, "beta", tools=TOOLS))
+    schedule = await create_schedule(api, alpha["id"])
     alpha_runs = {(await start_run(api, alpha["id"]))["id"] for _ in range(2)}
     manual = (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).json()["id"]
     beta_run = (await start_run(api, beta["id"]))["id"]
@@ -144,7 +135,7 @@ async def test_the_run_list_filters_by_agent_schedule_and_status(api, db_url):
 
 
 async def test_runs_list_in_pages_each_run_once(api):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
     started = {(await start_run(api, agent["id"]))["id"] for _ in range(5)}
 
     seen, cursor = [], None
@@ -163,7 +154,7 @@ async def test_runs_list_in_pages_each_run_once(api):
 # --- Idempotency-Key ---------------------------------------------------------------------------
 
 async def test_ten_concurrent_agent_runs_with_one_key_make_exactly_one_execution(api, db_url):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
     body = {"input": {"script": [{"text": "Done."}]}}
 
     responses = await asyncio.gather(*[
@@ -179,7 +170,7 @@ async def test_ten_concurrent_agent_runs_with_one_key_make_exactly_one_execution
 
 
 async def test_a_retried_agent_run_with_the_same_key_returns_the_first_execution(api, db_url):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
     headers = {"Idempotency-Key": "retry-me"}
     first = await api.post(f"/v1/agents/{agent['id']}/runs", json={"input": {"n": 1}},
                            headers=headers)
@@ -200,7 +191,7 @@ async def test_a_retried_agent_run_with_the_same_key_returns_the_first_execution
 ])
 async def test_the_same_key_with_a_different_body_is_a_422_and_stores_nothing(
         api, db_url, second_body):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
     headers = {"Idempotency-Key": "k-1"}
     first = await api.post(f"/v1/agents/{agent['id']}/runs", json={"input": {"n": 1}},
                            headers=headers)
@@ -214,7 +205,8 @@ async def test_the_same_key_with_a_different_body_is_a_422_and_stores_nothing(
 
 
 async def test_the_same_key_on_another_agent_is_a_422_and_stores_nothing(api, db_url):
-    one, two = await make_agent(api, "one"), await make_agent(api, "two")
+    one, two = (await create_agent(api, "one", tools=TOOLS),
+                await create_agent(api, "two", tools=TOOLS))
     headers = {"Idempotency-Key": "shared"}
     assert (await api.post(f"/v1/agents/{one['id']}/runs", json={"input": {}},
                            headers=headers)).status_code == 202
@@ -227,8 +219,8 @@ async def test_the_same_key_on_another_agent_is_a_422_and_stores_nothing(api, db
 
 
 async def test_ten_concurrent_run_nows_with_one_key_make_exactly_one_execution(api, db_url):
-    agent = await make_agent(api)
-    schedule = await make_schedule(api, agent["id"], input={"from": "schedule"})
+    agent = await create_agent(api, tools=TOOLS)
+    schedule = await create_schedule(api, agent["id"], input={"from": "schedule"})
 
     responses = await asyncio.gather(*[
         api.post(f"/v1/schedules/{schedule['id']}/run-now", headers={"Idempotency-Key": "button"})
@@ -243,9 +235,9 @@ async def test_ten_concurrent_run_nows_with_one_key_make_exactly_one_execution(a
 
 
 async def test_a_run_now_key_reused_for_another_request_is_a_422_and_stores_nothing(api, db_url):
-    agent = await make_agent(api)
-    first = await make_schedule(api, agent["id"], "0 9 * * *")
-    second = await make_schedule(api, agent["id"], "0 10 * * *")
+    agent = await create_agent(api, tools=TOOLS)
+    first = await create_schedule(api, agent["id"], "0 9 * * *")
+    second = await create_schedule(api, agent["id"], "0 10 * * *")
     headers = {"Idempotency-Key": "button"}
     assert (await api.post(f"/v1/schedules/{first['id']}/run-now",
                            headers=headers)).status_code == 202
@@ -260,7 +252,7 @@ async def test_a_run_now_key_reused_for_another_request_is_a_422_and_stores_noth
 
 
 async def test_runs_without_a_key_are_never_deduplicated(api, db_url):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
 
     responses = await asyncio.gather(*[
         api.post(f"/v1/agents/{agent['id']}/runs", json={"input": {}}) for _ in range(3)])
@@ -271,7 +263,7 @@ async def test_runs_without_a_key_are_never_deduplicated(api, db_url):
 
 async def test_an_idempotency_key_is_scoped_to_its_tenant(api, db_url):
     globex = {"Authorization": f"Bearer {api.tokens['globex']}"}
-    acme_agent = await make_agent(api)
+    acme_agent = await create_agent(api, tools=TOOLS)
     globex_agent = (await api.post("/v1/agents", json={"name": "reporter"}, headers=globex)).json()
     acme_run = (await api.post(f"/v1/agents/{acme_agent['id']}/runs", json={"input": {}},
                                headers={"Idempotency-Key": "same"})).json()
@@ -287,7 +279,7 @@ async def test_an_idempotency_key_is_scoped_to_its_tenant(api, db_url):
 
 
 async def test_runs_can_be_listed_since_a_utc_time_and_a_zone_is_refused(api):
-    agent = await make_agent(api, "since-agent")
+    agent = await create_agent(api, "since-agent", tools=TOOLS)
     run = (await api.post(f"/v1/agents/{agent['id']}/runs", json={"input": {}})).json()
     listed = (await api.get("/v1/runs", params={"since": "2000-01-01T00:00:00Z"})).json()["items"]
     assert run["id"] in [r["id"] for r in listed]

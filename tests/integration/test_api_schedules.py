@@ -13,12 +13,14 @@ from uuid import UUID
 
 import pytest
 
+from tests.factories import create_agent, create_schedule
 from tests.integration.api_checks import fingerprint, fetch, assert_error, check_every_response
 
 
 UTC = timezone.utc
 RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 MISSING = "0190a000-0000-7000-8000-000000000000"
+TOOLS = ["demo.get_record"]  # the tools of every agent made here
 
 
 @pytest.fixture(autouse=True)
@@ -54,24 +56,12 @@ def reference_next_fire(expression: str, after: datetime) -> datetime:
     raise AssertionError(f"{expression} does not fire within 40 days")
 
 
-async def make_agent(api, name: str = "reporter") -> dict:
-    response = await api.post("/v1/agents", json={"name": name, "tools": ["demo.get_record"]})
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
-async def make_schedule(api, agent_id: str, cron: str = "0 9 * * *", **fields) -> dict:
-    response = await api.post("/v1/schedules", json={"agent_id": agent_id, "cron": cron, **fields})
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
 # --- create ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("expression", list(REFERENCE))
 async def test_a_new_schedule_runs_next_at_the_crons_first_fire_after_the_database_clock(
         api, db_url, expression):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
     before = await database_now(db_url)
 
     response = await api.post("/v1/schedules", json={"agent_id": agent["id"], "cron": expression})
@@ -85,7 +75,7 @@ async def test_a_new_schedule_runs_next_at_the_crons_first_fire_after_the_databa
 
 
 async def test_a_new_schedule_has_the_documented_shape_and_defaults(api, db_url):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
 
     response = await api.post("/v1/schedules", json={"agent_id": agent["id"], "cron": "0 9 * * *"})
 
@@ -108,20 +98,20 @@ async def test_a_new_schedule_has_the_documented_shape_and_defaults(api, db_url)
 
 
 async def test_display_input_overlap_and_timeout_are_stored_as_given(api):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
     display = {"frequency": "weekly", "time_of_day": "08:30", "days_of_week": ["mon", "fri"]}
     run_input = {"script": [{"text": "Done."}], "nested": {"list": [1, 2.5, None, True]}}
 
-    schedule = await make_schedule(api, agent["id"], "30 8 * * 1,5", display=display,
-                                   input=run_input, overlap="allow", timeout_minutes=15)
+    schedule = await create_schedule(api, agent["id"], "30 8 * * 1,5", display=display,
+                                     input=run_input, overlap="allow", timeout_minutes=15)
 
     assert (schedule["display"], schedule["input"], schedule["overlap"],
             schedule["timeout_minutes"]) == (display, run_input, "allow", 15)
 
 
 async def test_a_second_schedule_with_the_same_agent_and_cron_is_a_409_naming_the_first(api, db_url):
-    agent = await make_agent(api)
-    first = await make_schedule(api, agent["id"], "0 9 * * *")
+    agent = await create_agent(api, tools=TOOLS)
+    first = await create_schedule(api, agent["id"], "0 9 * * *")
     before = await fingerprint(db_url)
 
     response = await api.post("/v1/schedules", json={"agent_id": agent["id"], "cron": "0 9 * * *",
@@ -134,9 +124,11 @@ async def test_a_second_schedule_with_the_same_agent_and_cron_is_a_409_naming_th
 
 
 async def test_the_same_cron_on_another_agent_is_its_own_schedule(api):
-    first = await make_schedule(api, (await make_agent(api, "one"))["id"], "0 9 * * *")
+    first = await create_schedule(api, (await create_agent(api, "one", tools=TOOLS))["id"],
+                                  "0 9 * * *")
 
-    second = await make_schedule(api, (await make_agent(api, "two"))["id"], "0 9 * * *")
+    second = await create_schedule(api, (await create_agent(api, "two", tools=TOOLS))["id"],
+                                   "0 9 * * *")
 
     assert second["id"] != first["id"]
 
@@ -154,10 +146,11 @@ async def test_a_schedule_for_an_unknown_agent_is_a_404_and_nothing_is_stored(ap
 # --- read, list, delete ------------------------------------------------------------------------
 
 async def test_schedules_list_in_pages_and_filter_by_agent(api):
-    one, two = await make_agent(api, "one"), await make_agent(api, "two")
-    ids_one = {(await make_schedule(api, one["id"], cron))["id"]
+    one, two = (await create_agent(api, "one", tools=TOOLS),
+                await create_agent(api, "two", tools=TOOLS))
+    ids_one = {(await create_schedule(api, one["id"], cron))["id"]
                for cron in ("0 1 * * *", "0 2 * * *", "0 3 * * *")}
-    id_two = (await make_schedule(api, two["id"], "0 4 * * *"))["id"]
+    id_two = (await create_schedule(api, two["id"], "0 4 * * *"))["id"]
 
     seen, cursor = [], None
     for _ in range(5):
@@ -175,8 +168,8 @@ async def test_schedules_list_in_pages_and_filter_by_agent(api):
 
 
 async def test_delete_is_204_then_the_schedule_is_gone_and_its_agent_stays(api):
-    agent = await make_agent(api)
-    schedule = await make_schedule(api, agent["id"])
+    agent = await create_agent(api, tools=TOOLS)
+    schedule = await create_schedule(api, agent["id"])
 
     response = await api.delete(f"/v1/schedules/{schedule['id']}")
 
@@ -189,8 +182,8 @@ async def test_delete_is_204_then_the_schedule_is_gone_and_its_agent_stays(api):
 # --- pause, resume, patch ----------------------------------------------------------------------
 
 async def test_pausing_keeps_next_run_and_resuming_moves_it_to_the_next_fire_after_now(api, db_url):
-    agent = await make_agent(api)
-    schedule = await make_schedule(api, agent["id"], "*/15 * * * *")
+    agent = await create_agent(api, tools=TOOLS)
+    schedule = await create_schedule(api, agent["id"], "*/15 * * * *")
 
     paused = await api.patch(f"/v1/schedules/{schedule['id']}", json={"status": "paused"})
 
@@ -216,8 +209,8 @@ async def test_pausing_keeps_next_run_and_resuming_moves_it_to_the_next_fire_aft
 
 
 async def test_patch_changes_only_the_fields_it_names(api):
-    agent = await make_agent(api)
-    schedule = await make_schedule(api, agent["id"], input={"a": 1}, timeout_minutes=7)
+    agent = await create_agent(api, tools=TOOLS)
+    schedule = await create_schedule(api, agent["id"], input={"a": 1}, timeout_minutes=7)
 
     response = await api.patch(f"/v1/schedules/{schedule['id']}", json={"input": {"b": 2}})
 
@@ -231,8 +224,8 @@ async def test_patch_changes_only_the_fields_it_names(api):
 @pytest.mark.parametrize("patch", [{"cron": "0 10 * * *"}, {"cron": "0 9 * * *"},
                                    {"status": "paused", "cron": "0 10 * * *"}])
 async def test_patching_the_cron_is_a_422_cron_immutable_and_changes_nothing(api, db_url, patch):
-    agent = await make_agent(api)
-    schedule = await make_schedule(api, agent["id"], "0 9 * * *")
+    agent = await create_agent(api, tools=TOOLS)
+    schedule = await create_schedule(api, agent["id"], "0 9 * * *")
     before = await fingerprint(db_url)
 
     body = assert_error(await api.patch(f"/v1/schedules/{schedule['id']}", json=patch), 422,
@@ -254,10 +247,10 @@ async def test_patching_an_unknown_schedule_is_a_404(api, db_url):
 # --- run now and history -----------------------------------------------------------------------
 
 async def test_run_now_queues_a_manual_schedule_run_and_leaves_the_schedule_untouched(api, db_url):
-    agent = await make_agent(api)
+    agent = await create_agent(api, tools=TOOLS)
     run_input = {"script": [{"text": "Done."}], "who": "ops"}
-    schedule = await make_schedule(api, agent["id"], "0 9 * * *", input=run_input,
-                                   timeout_minutes=9)
+    schedule = await create_schedule(api, agent["id"], "0 9 * * *", input=run_input,
+                                     timeout_minutes=9)
     stored_before = await fetch(db_url, "SELECT s::text FROM schedules s WHERE id = %s",
                                 (schedule["id"],))
 
@@ -286,8 +279,8 @@ async def test_run_now_queues_a_manual_schedule_run_and_leaves_the_schedule_unto
 
 
 async def test_the_schedule_history_shows_a_run_now(api):
-    agent = await make_agent(api)
-    schedule = await make_schedule(api, agent["id"])
+    agent = await create_agent(api, tools=TOOLS)
+    schedule = await create_schedule(api, agent["id"])
     assert (await api.get(f"/v1/schedules/{schedule['id']}/history")).json() == {
         "items": [], "next_cursor": None}
     run = (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).json()
@@ -311,8 +304,8 @@ async def test_run_now_and_history_of_an_unknown_schedule_are_404_and_store_noth
 
 
 async def test_run_now_of_a_paused_schedule_still_leaves_it_paused(api):
-    agent = await make_agent(api)
-    schedule = await make_schedule(api, agent["id"])
+    agent = await create_agent(api, tools=TOOLS)
+    schedule = await create_schedule(api, agent["id"])
     paused = (await api.patch(f"/v1/schedules/{schedule['id']}", json={"status": "paused"})).json()
 
     assert (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).status_code == 202

@@ -10,7 +10,7 @@ import pytest
 from tickwork.scheduler.dispatcher import dispatch_due, dispatch_once
 from tickwork.scheduler.tick import run_tick
 from tickwork.sql.db import connect
-from tests.integration.factories import count, make_agent, make_schedules, make_tenant, many_agents
+from tests.factories import count, make_agent, make_schedules, make_tenant, many_agents
 
 UTC = timezone.utc
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)

@@ -6,7 +6,7 @@ import psycopg
 
 from tickwork.scheduler.retention import trim_retention
 from tickwork.sql.ids import new_id
-from tests.integration.factories import count, make_agent, make_tenant
+from tests.factories import count, make_agent, make_tenant
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 

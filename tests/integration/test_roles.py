@@ -17,7 +17,7 @@ from tickwork.scheduler.tick import run_tick
 from tickwork.sql.db import open_pool
 from tickwork.sql.migrate import apply_grants
 from tickwork.sql.ids import new_id
-from tests.integration.factories import make_agent, make_tenant
+from tests.factories import make_agent, make_tenant
 from tests.integration.test_worker_runs import events
 from tests.integration.workers import running_worker, scalar, until
 

@@ -13,7 +13,7 @@ from tickwork.scheduler.api.tenant_scope import TenantConnection
 from tickwork.sql import QUERIES
 from tickwork.sql.db import connect, open_pool
 from tickwork.sql.ids import new_id
-from tests.integration.factories import make_agent, make_tenant
+from tests.factories import make_agent, make_tenant
 from tests.integration.test_roles import granted  # noqa: F401  (the fixture)
 
 WALLED = ("agents", "schedules", "executions", "approvals", "skipped_fires", "webhooks")

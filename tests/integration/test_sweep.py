@@ -9,7 +9,7 @@ import pytest
 from tickwork.scheduler.sweep import sweep_once, sweep_stale
 from tickwork.scheduler.tick import run_tick
 from tickwork.sql.db import connect
-from tests.integration.factories import make_agent, make_schedules, make_tenant
+from tests.factories import make_agent, make_schedules, make_tenant
 
 UTC = timezone.utc
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)

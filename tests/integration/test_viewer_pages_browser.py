@@ -13,6 +13,7 @@ from playwright.async_api import expect  # the test extra installs it
 from tickwork.scheduler.api.app import create_app
 from tickwork.scheduler.serialize import utc_text
 from tickwork.scheduler.tick import run_tick
+from tests.factories import create_agent, create_schedule
 from tests.integration.browser import chromium_page, screenshot, serving
 from tests.integration.test_run_control import start_by_hand
 from tests.integration.workers import scalar
@@ -45,19 +46,6 @@ async def no_violations(page) -> None:
     assert await page.evaluate("() => window.violations") == []
 
 
-async def make_agent(api, name: str, **fields) -> str:
-    response = await api.post("/v1/agents", json={"name": name, **fields})
-    assert response.status_code == 201, response.text
-    return response.json()["id"]
-
-
-async def make_schedule(api, agent_id: str, cron: str, display: dict | None = None) -> dict:
-    body = {"agent_id": agent_id, "cron": cron, **({"display": display} if display else {})}
-    response = await api.post("/v1/schedules", json=body)
-    assert response.status_code == 201, response.text
-    return response.json()
-
-
 async def queue(api, agent_id: str) -> str:
     response = await api.post(f"/v1/agents/{agent_id}/runs", json={"input": {}})
     assert response.status_code == 202, response.text
@@ -74,11 +62,11 @@ def sql(db_url: str, statement: str, params: tuple = ()):
 
 async def test_the_schedules_page_shows_local_time_controls_and_a_coalesced_fire(
         api, pool, db_url, settings, tokens):
-    agent = await make_agent(api, "nightly-report")
+    agent = (await create_agent(api, "nightly-report"))["id"]
     # 00:30 UTC is 09:30 in Tokyo: what its author typed there.
-    daily = await make_schedule(api, agent, "30 0 * * *", {"frequency": "daily",
-                                                           "time_of_day": "09:30"})
-    often = await make_schedule(api, agent, "*/5 * * * *")
+    daily = await create_schedule(api, agent, "30 0 * * *", display={"frequency": "daily",
+                                                                     "time_of_day": "09:30"})
+    often = await create_schedule(api, agent, "*/5 * * * *")
     # The scheduler was down for 15 minutes: one late tick finds four fires due, runs the last
     # one and records the three before it as coalesced into that run.
     first = scalar(db_url, "SELECT next_run FROM schedules WHERE id = %s", (often["id"],))
@@ -144,12 +132,13 @@ async def test_the_schedules_page_shows_local_time_controls_and_a_coalesced_fire
 
 async def test_the_agents_page_shows_tools_what_waits_for_a_person_and_status(
         api, pool, settings, tokens):
-    reader = await make_agent(api, "reader", tools=["demo.get_record"],
-                              instructions="<img src=x onerror=window.pwned=1>Summarise.")
-    sender = await make_agent(api, "sender", tools=["demo.get_record", "demo.send_message"])
-    trusted = await make_agent(api, "trusted", tools=["demo.send_message"],
-                               auto_approve=["demo.send_message"], status="paused")
-    await make_schedule(api, sender, "0 9 * * *")
+    reader = (await create_agent(api, "reader", tools=["demo.get_record"], instructions=(
+        "<img src=x onerror=window.pwned=1>Summarise.")))["id"]
+    sender = (await create_agent(api, "sender",
+                                 tools=["demo.get_record", "demo.send_message"]))["id"]
+    trusted = (await create_agent(api, "trusted", tools=["demo.send_message"],
+                                  auto_approve=["demo.send_message"], status="paused"))["id"]
+    await create_schedule(api, sender, "0 9 * * *")
 
     async with serving(create_app(settings, pool=pool)) as server, chromium_page() as page:
         await open_viewer(page, server, tokens["acme"], "#/agents")
@@ -180,15 +169,15 @@ async def test_the_agents_page_shows_tools_what_waits_for_a_person_and_status(
 
 async def test_filters_narrow_the_runs_list_and_older_pages_follow_the_cursor(
         api, pool, db_url, settings, tokens):
-    alpha = await make_agent(api, "alpha")
-    beta = await make_agent(api, "beta")
+    alpha = (await create_agent(api, "alpha"))["id"]
+    beta = (await create_agent(api, "beta"))["id"]
     alpha_runs = [await queue(api, alpha) for _ in range(3)]
     beta_runs = [await queue(api, beta) for _ in range(51)]
     sql(db_url, "UPDATE executions SET status = 'failed', outcome = 'failed' WHERE id = %s",
         (alpha_runs[0],))
     sql(db_url, "UPDATE executions SET created_at = now() - interval '2 hours' WHERE id = %s",
         (beta_runs[0],))
-    schedule = await make_schedule(api, alpha, "0 9 * * *")
+    schedule = await create_schedule(api, alpha, "0 9 * * *")
     manual = (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).json()["id"]
 
     async with serving(create_app(settings, pool=pool)) as server, chromium_page() as page:
@@ -273,7 +262,7 @@ async def test_cancel_from_the_run_page_asks_first_and_ends_a_waiting_run(
 # --- the chart ----------------------------------------------------------------------------------
 
 async def test_the_chart_draws_each_minutes_runs_by_outcome(api, pool, db_url, settings, tokens):
-    agent = await make_agent(api, "charted")
+    agent = (await create_agent(api, "charted"))["id"]
     runs = [await queue(api, agent) for _ in range(5)]
     moved = {}
     for run, (minutes_ago, status, outcome) in zip(runs, [

@@ -208,22 +208,20 @@ class JournalWriter:
                     await self._wake.wait()
 
     def _take(self) -> list[_Item]:
-        """The runs to write now, up to a batch: every urgent one, then those whose linger is
-        over; a run already in a statement stays queued for the next."""
+        """The runs to write now, up to a batch, once one is urgent or its linger is over:
+        then every queued run goes (a group commit: a run whose linger is not over yet only
+        lands sooner). A run already in a statement stays queued for the next."""
         batch: list[_Item] = []
-        now = time.monotonic()
-        for journal in list(self._urgent):
-            if len(batch) >= self._max:
-                return batch
-            if journal._busy is None:
-                del self._urgent[journal]
-                self._add(batch, journal)
-        for journal, due in list(self._later.items()):
-            if len(batch) >= self._max or due > now:
-                break
-            if journal._busy is None:
-                del self._later[journal]
-                self._add(batch, journal)
+        if not self._urgent and not (
+                self._later and next(iter(self._later.values())) <= time.monotonic()):
+            return batch
+        for queue in (self._urgent, self._later):
+            for journal in list(queue):
+                if len(batch) >= self._max:
+                    return batch
+                if journal._busy is None:
+                    del queue[journal]
+                    self._add(batch, journal)
         return batch
 
     def _add(self, batch: list[_Item], journal: RunJournal) -> None:

@@ -10,7 +10,7 @@ from tickwork.scheduler.runs import start_agent_run
 from tickwork.scheduler.sweep import sweep_stale
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql.db import connect
-from tests.integration.factories import make_agent, make_tenant
+from tests.factories import make_agent, make_tenant
 from tests.integration.workers import WorkerProcess, scalar, until
 
 SEND = [{"tool_calls": [{"name": "demo.send_message",

@@ -14,8 +14,8 @@ import psycopg
 from croniter import croniter
 
 from tickwork.sql.ids import new_id
+from tests.factories import count, make_tenant
 from tests.integration.drivers import Driver, tick_all
-from tests.integration.factories import count, make_tenant
 
 UTC = timezone.utc
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)

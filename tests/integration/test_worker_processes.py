@@ -16,7 +16,7 @@ from tickwork.scheduler.sweep import sweep_stale
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql.db import connect
 from tickwork.sql.migrate import migrate
-from tests.integration.factories import make_agent, make_tenant
+from tests.factories import make_agent, make_tenant
 from tests.integration.workers import WorkerProcess, scalar, until
 from tickwork.worker.tools.publish import publish_catalog
 

@@ -64,13 +64,26 @@ SELECT count(*) FILTER (WHERE status IN ('completed', 'failed', 'cancelled')) AS
            AND application_name <> 'tickwork-worker') AS other
   FROM executions
 """
+# What the worker's sessions wait on, sampled with the progress (where the time goes).
+WAITS = """
+SELECT coalesce(wait_event_type || ':' || wait_event, state) AS wait, count(*)
+  FROM pg_stat_activity
+ WHERE datname = current_database() AND application_name = 'tickwork-worker'
+   AND state <> 'idle'
+ GROUP BY 1
+"""
 VERDICT = """
 SELECT count(*) FILTER (WHERE status = 'completed' AND outcome = 'done') AS completed,
        (SELECT count(*) FROM run_events WHERE type = 'run_start') AS run_starts,
        extract(epoch FROM max(finished_at) - %(queued_at)s) AS actual_s,
        percentile_cont(0.5) WITHIN GROUP (
            ORDER BY extract(epoch FROM started_at - %(queued_at)s)) AS start_p50_s,
-       extract(epoch FROM max(started_at) - %(queued_at)s) AS start_max_s
+       extract(epoch FROM max(started_at) - %(queued_at)s) AS start_max_s,
+       extract(epoch FROM min(finished_at) - %(queued_at)s) AS finish_first_s,
+       percentile_cont(0.5) WITHIN GROUP (
+           ORDER BY extract(epoch FROM finished_at - %(queued_at)s)) AS finish_p50_s,
+       (SELECT percentile_cont(0.99) WITHIN GROUP (ORDER BY extract(epoch FROM ts - %(queued_at)s))
+          FROM run_events WHERE type = 'step_start') AS step_start_p99_s
   FROM executions
 """
 
@@ -91,6 +104,12 @@ def rss_kb(pid: int, field: str = "VmRSS") -> int:
         if line.startswith(field + ":"):
             return int(line.split()[1])
     raise SystemExit(f"no {field} for process {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def wait_for_worker(url: str, worker: WorkerProcess) -> None:
@@ -126,6 +145,8 @@ def measure(url: str, args: argparse.Namespace) -> dict:
                                         stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # attached before the runs are queued
         peak_rss, peak_pool, peak_other, done = idle_rss, 0, 0, 0
+        cpu_before = cpu_seconds(worker.pid)
+        waits: dict[str, int] = {}
         with psycopg.connect(url, autocommit=True) as conn:
             with conn.transaction():
                 conn.execute(ENQUEUE, {"tenant_id": tenant_id, "agent_id": agent_id,
@@ -139,11 +160,14 @@ def measure(url: str, args: argparse.Namespace) -> dict:
                 now_done, pool, other = conn.execute(PROGRESS).fetchone()
                 peak_pool, peak_other = max(peak_pool, pool), max(peak_other, other)
                 peak_rss = max(peak_rss, rss_kb(worker.pid))
+                for wait, count in conn.execute(WAITS).fetchall():
+                    waits[wait] = waits.get(wait, 0) + count
                 if now_done != done:
                     done, last_change = now_done, time.monotonic()
                 elif time.monotonic() - last_change > STALL_SECONDS + args.sleep:
                     raise SystemExit(f"stalled at {done:,} of {args.runs:,} runs")
             peak_rss = max(peak_rss, rss_kb(worker.pid, "VmHWM"))
+            worker_cpu_s = cpu_seconds(worker.pid) - cpu_before
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(timeout=30)
@@ -151,7 +175,8 @@ def measure(url: str, args: argparse.Namespace) -> dict:
             verdict = conn.execute(VERDICT, {"queued_at": queued_at}).fetchone()
     finally:
         worker.stop()
-    completed, run_starts, actual_s, start_p50_s, start_max_s = verdict
+    (completed, run_starts, actual_s, start_p50_s, start_max_s, finish_first_s, finish_p50_s,
+     step_start_p99_s) = verdict
     if completed != args.runs or run_starts != args.runs:
         raise SystemExit(f"expected {args.runs} completed runs and run_start events, got "
                          f"{completed} and {run_starts}")
@@ -160,10 +185,18 @@ def measure(url: str, args: argparse.Namespace) -> dict:
         "runs_in_flight": args.runs, "sleep_s": args.sleep, "ideal_s": args.sleep,
         "actual_s": round(actual_s, 3), "efficiency": round(args.sleep / actual_s, 3),
         "start_p50_s": round(float(start_p50_s), 3), "start_max_s": round(float(start_max_s), 3),
+        # when the model waits began (step_start stored) and when the runs ended
+        "step_start_stored_p99_s": round(float(step_start_p99_s), 3),
+        "finish_first_s": round(float(finish_first_s), 3),
+        "finish_p50_s": round(float(finish_p50_s), 3),
         "pool_max_size": args.pool_max_size, "peak_pool_connections": peak_pool,
         "peak_other_worker_connections": peak_other,
         "idle_rss_mb": round(idle_rss / 1024, 1), "peak_rss_mb": round(peak_rss / 1024, 1),
         "rss_kb_per_inflight_run": round((peak_rss - idle_rss) / args.runs, 1),
+        "worker_cpu_s": round(worker_cpu_s, 2),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        # busy worker sessions seen per wait event, summed over the 0.1 s samples
+        "worker_waits": dict(sorted(waits.items(), key=lambda kv: -kv[1])[:6]),
     }
 
 
@@ -188,9 +221,14 @@ def main() -> None:
         figures = measure(url, args)
     say(f"efficiency {figures['efficiency']:.3f} ({figures['ideal_s']:g} s ideal, "
         f"{figures['actual_s']:.2f} s actual; starts p50 {figures['start_p50_s']:.2f} s, "
-        f"last {figures['start_max_s']:.2f} s)")
+        f"last {figures['start_max_s']:.2f} s; step_start stored p99 "
+        f"{figures['step_start_stored_p99_s']:.2f} s; finishes from {figures['finish_first_s']:.2f} s, "
+        f"p50 {figures['finish_p50_s']:.2f} s)")
     say(f"connections: pool peak {figures['peak_pool_connections']} of "
         f"{figures['pool_max_size']}, other worker connections {figures['peak_other_worker_connections']}")
+    say(f"worker CPU {figures['worker_cpu_s']} s over the run")
+    say(f"worker sessions waiting (samples): {figures['worker_waits']}; "
+        f"load {figures['load_average']}")
     say(f"RSS: idle {figures['idle_rss_mb']} MB, peak {figures['peak_rss_mb']} MB, "
         f"{figures['rss_kb_per_inflight_run']} kB per in-flight run")
     print(json.dumps(figures), flush=True)

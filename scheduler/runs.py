@@ -1,5 +1,5 @@
-"""Runs started by a person or a program ("run now" on a schedule, runs of an agent), listed
-and cancelled.
+"""Runs started by a person or a program ("run now" on a schedule, runs of an agent), listed,
+cancelled, and the journal a reader of a run may resume from.
 
 Both start through one statement (sql insert_agent_run) and go down the same path as a cron
 fire: an execution row and a queue task named by its id, inserted with NOTIFY. An
@@ -22,11 +22,12 @@ from psycopg.types.json import Jsonb
 from tickwork.scheduler.agents import agent_not_found, get_agent
 from tickwork.scheduler.pagination import decode_cursor, page
 from tickwork.scheduler.schedules import get_schedule
-from tickwork.scheduler.serialize import RUN_FIELDS, pick
+from tickwork.scheduler.serialize import EVENT_FIELDS, RUN_FIELDS, pick
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql import QUERIES
 from tickwork.sql.errors import Conflict, InvalidInput, NotFound
 from tickwork.sql.ids import new_id
+from tickwork.sql.journal import events_after
 from tickwork.sql.vocabulary import RunStatus
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "model_calls")
@@ -147,3 +148,34 @@ async def cancel_run(conn: AsyncConnection, principal: Principal, run_id: UUID) 
         raise Conflict(f"run {run_id} is {run['status']} and can no longer be cancelled",
                        status=run["status"])
     return public_run(row)
+
+
+async def check_resumable(conn: AsyncConnection, principal: Principal, run_id: UUID,
+                          after: int) -> dict[str, Any]:
+    """The run's tail state, when a reader of its journal may start after event ``after``:
+    the run is the tenant's and has at least that many events."""
+    cursor = await conn.execute(QUERIES["get_execution_tail_state"],
+                                {"id": run_id, "tenant_id": principal.tenant_id})
+    run = await cursor.fetchone()
+    if run is None:
+        raise NotFound("run", run_id, "list runs with GET /v1/runs")
+    if after > (run["last_seq"] or 0):
+        raise InvalidInput(f"after={after} is beyond run {run_id}'s last event "
+                           f"({run['last_seq'] or 0}); resume from a seq you received",
+                           code="after_beyond_end", field="after")
+    return run
+
+
+async def list_run_events(conn: AsyncConnection, run_id: UUID, after: int) -> list[dict]:
+    """The run's stored journal after event ``after``, as the API shows events (check the
+    reader's right to the run first: check_resumable)."""
+    rows = await events_after(conn, run_id, after, limit=100_000)
+    return [pick(row, EVENT_FIELDS) for row in rows]
+
+
+async def ended_without_terminal_event(conn: AsyncConnection, run_id: UUID) -> bool:
+    """Whether the run is gone or ended without a run_complete (cancelled before it started):
+    a tail of it has nothing more to wait for."""
+    cursor = await conn.execute(QUERIES["get_execution_status"], {"id": run_id})
+    row = await cursor.fetchone()
+    return row is None or row["status"] in ("failed", "cancelled")

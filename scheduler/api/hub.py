@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from tickwork.sql import QUERIES
 from tickwork.sql.db import connect
 from tickwork.sql.journal import events_after
+from tickwork.scheduler.runs import ended_without_terminal_event
 from tickwork.scheduler.serialize import EVENT_FIELDS, pick
 
 log = structlog.get_logger()
@@ -53,14 +54,6 @@ class Feed:
         if not self.events or self.events[0]["seq"] > seq + 1:
             return None
         return self.events[seq + 1 - self.events[0]["seq"]:]
-
-
-async def ended_without_terminal_event(conn, run_id: UUID) -> bool:
-    """Whether the run is gone or ended without a run_complete (cancelled before it started):
-    a tail of it has nothing more to wait for."""
-    cursor = await conn.execute(QUERIES["get_execution_status"], {"id": run_id})
-    row = await cursor.fetchone()
-    return row is None or row["status"] in ("failed", "cancelled")
 
 
 class EventHub:

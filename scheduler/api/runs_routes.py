@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from uuid import UUID
-
 from typing import Annotated
+from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
-from tickwork.scheduler.api.deps import (Session, counted, hub_of, pool_of, principal_only, session,
-                                settings_of)
 from tickwork.scheduler import runs
+from tickwork.scheduler.api.deps import (Session, counted, hub_of, pool_of, principal_only,
+                                         session, settings_of)
+from tickwork.scheduler.api.tail import MAX_SEQ, resume_point, stream
 from tickwork.scheduler.pagination import check_limit
 from tickwork.scheduler.runs import get_run
-from tickwork.scheduler.serialize import EVENT_FIELDS, parse_utc, pick, utc_text
-from tickwork.scheduler.tail import (MAX_SEQ, check_resumable, create_ticket, principal_from_ticket,
-                            resume_point, stream)
+from tickwork.scheduler.serialize import parse_utc, utc_text
+from tickwork.scheduler.stream_tickets import create_ticket, principal_from_ticket
 from tickwork.scheduler.tokens import Principal
-from tickwork.sql.journal import events_after
 from tickwork.sql.vocabulary import RunStatus
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
@@ -49,10 +47,9 @@ async def events(run_id: UUID, request: Request, after: Annotated[int, Query(ge=
     principal = await _tail_principal(request, run_id, ticket)
     resume = resume_point(last_event_id, after)
     async with pool_of(request).connection() as conn:
-        await check_resumable(conn, principal, run_id, resume)
+        await runs.check_resumable(conn, principal, run_id, resume)
         if "application/json" in request.headers.get("accept", ""):
-            rows = await events_after(conn, run_id, resume, limit=100_000)
-            return {"items": [pick(row, EVENT_FIELDS) for row in rows]}
+            return {"items": await runs.list_run_events(conn, run_id, resume)}
     body = counted(request.app, stream(hub_of(request), pool_of(request), run_id, resume,
                                        keepalive=settings_of(request).sse_keepalive_seconds),
                    token_id=principal.token_id)  # ends when that token is revoked

@@ -10,25 +10,19 @@ cancelled queued run); a suspended run stays open until it resumes or the client
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import re
-import secrets
 import time
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 from uuid import UUID
 
-from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from tickwork.scheduler.api.hub import EventHub, ended_without_terminal_event, frame
-from tickwork.scheduler.tokens import Principal
-from tickwork.sql import QUERIES
-from tickwork.sql.errors import InvalidInput, NotFound, Unauthorized
+from tickwork.scheduler.api.hub import EventHub, frame
+from tickwork.scheduler.runs import ended_without_terminal_event
+from tickwork.sql.errors import InvalidInput
 from tickwork.sql.journal import events_after
 
 MAX_SEQ = 2**31 - 1
 PAGE = 1000
-_TICKET_FORMAT = re.compile(r"st_[A-Za-z0-9_-]{43}")
 
 
 def resume_point(last_event_id: str | None, after: int | None) -> int:
@@ -41,20 +35,6 @@ def resume_point(last_event_id: str | None, after: int | None) -> int:
                            f"got {last_event_id[:40]!r}", code="invalid_last_event_id",
                            field="Last-Event-ID")
     return int(text)
-
-
-async def check_resumable(conn: AsyncConnection, principal: Principal, run_id: UUID,
-                          after: int) -> dict[str, Any]:
-    cursor = await conn.execute(QUERIES["get_execution_tail_state"],
-                                {"id": run_id, "tenant_id": principal.tenant_id})
-    run = await cursor.fetchone()
-    if run is None:
-        raise NotFound("run", run_id, "list runs with GET /v1/runs")
-    if after > (run["last_seq"] or 0):
-        raise InvalidInput(f"after={after} is beyond run {run_id}'s last event "
-                           f"({run['last_seq'] or 0}); resume from a seq you received",
-                           code="after_beyond_end", field="after")
-    return run
 
 
 async def stream(hub: EventHub, pool: AsyncConnectionPool, run_id: UUID, after: int, *,
@@ -92,34 +72,3 @@ async def _from_table(pool: AsyncConnectionPool, run_id: UUID, after: int) -> li
 async def _ended_without_terminal_event(pool: AsyncConnectionPool, run_id: UUID) -> bool:
     async with pool.connection() as conn:
         return await ended_without_terminal_event(conn, run_id)
-
-
-def hash_ticket(ticket: str) -> bytes:
-    return hashlib.sha256(ticket.encode()).digest()
-
-
-async def create_ticket(conn: AsyncConnection, principal: Principal, run_id: UUID,
-                        ttl_seconds: int) -> dict[str, Any]:
-    cursor = await conn.execute(QUERIES["get_execution"],
-                                {"id": run_id, "tenant_id": principal.tenant_id})
-    if await cursor.fetchone() is None:
-        raise NotFound("run", run_id, "list runs with GET /v1/runs")
-    ticket = "st_" + secrets.token_urlsafe(32)
-    cursor = await conn.execute(QUERIES["insert_stream_ticket"], {
-        "ticket_hash": hash_ticket(ticket), "tenant_id": principal.tenant_id,
-        "execution_id": run_id, "token_id": principal.token_id, "ttl_seconds": ttl_seconds})
-    row = await cursor.fetchone()
-    return {"ticket": ticket, "expires_at": row["expires_at"]}
-
-
-async def principal_from_ticket(conn: AsyncConnection, ticket: str, run_id: UUID) -> Principal:
-    if not _TICKET_FORMAT.fullmatch(ticket):
-        raise Unauthorized("the stream ticket is malformed; get one with "
-                           "POST /v1/runs/{id}/stream-ticket")
-    cursor = await conn.execute(QUERIES["delete_usable_stream_ticket"],  # single use
-                                {"ticket_hash": hash_ticket(ticket), "execution_id": run_id})
-    row = await cursor.fetchone()
-    if row is None:
-        raise Unauthorized("the stream ticket is unknown, used, expired, revoked with its "
-                           "token, or for another run; get a new one")
-    return Principal(tenant_id=row["tenant_id"], is_admin=False, token_id=row["token_id"])

@@ -635,7 +635,7 @@ PROBE = "SELECT count(*) AS n FROM executions WHERE status IN ('completed', 'fai
 async def _run_in_process_worker(url: str, concurrency: int, total: int) -> float:
     """Run the CLI's own wiring (build_worker) in this process until ``total`` executions are
     finished; return the wall seconds from its start."""
-    from tickwork.processes import build_worker
+    from tickwork.worker_process import build_worker
     from tickwork.worker.settings import WorkerSettings
 
     worker = await build_worker(url, WorkerSettings(concurrency=concurrency))
@@ -710,7 +710,7 @@ def profile_worker(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Nam
         figures["round_trips_per_run"] = round(round_trips, 2)
         figures["statements_per_run"] = {name: round(n, 3) for name, n in per_run.items()}
         figures["lease_batch_mean"] = round(
-            runs / max(counter.count.get("lease_queue_tasks", 1), 1), 2)
+            runs / max(counter.count.get("claim_resume_tasks", 1), 1), 2)
         say(f"    a lease statement returned {figures['lease_batch_mean']:.2f} tasks on average")
 
         # 2. time per step of one run, at concurrency 1

@@ -89,7 +89,7 @@ def worker(concurrency: Optional[int] = typer.Option(
         None, help="Runs at once (default: TICKWORK_CONCURRENCY, or 4). Memory is the limit.")
            ) -> None:
     """Run agent runs from the queue (any number side by side)."""
-    from tickwork.processes import serve_worker
+    from tickwork.worker_process import serve_worker
     from tickwork.worker.settings import WorkerSettings
 
     configure_logging()

@@ -1,13 +1,12 @@
-"""The composition root of every process: the API, the scheduler loop, the worker, and `up`
-(all of it on one laptop): settings -> pool -> services -> serve."""
+"""The composition root of every process: the API, the scheduler loop and `up` (all of it on
+one laptop) here, the worker in its sibling tickwork/worker_process.py (so a worker process
+never loads the API's web stack): settings -> pool -> services -> serve."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
-import socket
 from datetime import datetime
 
 import structlog
@@ -20,17 +19,9 @@ from tickwork.scheduler.api.app import create_app
 from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.scheduler.tick import TickOutcome, run_tick
 from tickwork.sql.db import DatabaseSettings, open_pool, pool_sizes
-from tickwork.sql.journal import JournalWriter
-from tickwork.worker import tracing
-from tickwork.worker.model import ModelProvider
-from tickwork.worker.providers.routing import ProviderSettings, build_router
-from tickwork.worker.run_wiring import RunDeps
-from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings
-from tickwork.worker.tools.publish import publish_catalog
-from tickwork.worker.tools.registry import ToolSpec, catalog
-from tickwork.worker.webhooks.deliverer import serve_deliverer
 from tickwork.worker.webhooks.settings import WebhookSettings
+from tickwork.worker_process import serve_worker
 
 log = structlog.get_logger()
 
@@ -106,56 +97,6 @@ def run_api(url: str, settings: SchedulerSettings, host: str, port: int) -> None
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         runner.run(serve_api(url, settings, host, port))
-
-
-def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def worker_deps(pool: AsyncConnectionPool, settings: WorkerSettings, *,
-                provider: ModelProvider | None = None, specs: list[ToolSpec] | None = None,
-                worker: str | None = None) -> RunDeps:
-    """What every run of a worker is given; a test passes its own provider and worker name."""
-    specs = catalog() if specs is None else specs
-    return RunDeps(pool=pool, provider=provider or build_router(ProviderSettings()),
-                   catalog={spec.key: spec for spec in specs}, settings=settings,
-                   worker_id=worker or worker_id(), journal_writer=JournalWriter(pool))
-
-
-async def build_worker(url: str, settings: WorkerSettings) -> Worker:
-    """The worker's wiring: the tool catalog published, a pool, the model router, a Worker."""
-    specs = catalog()
-    await asyncio.to_thread(publish_catalog, url, specs)  # the API validates agents against it
-    # The operator's pool size, not one per run: a run holds a connection only while one of
-    # its statements runs, never while its model or a tool works.
-    pool = await open_pool(url, application_name="tickwork-worker",
-                           **pool_sizes(DatabaseSettings()))
-    return Worker(worker_deps(pool, settings, specs=specs), url)
-
-
-async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event | None = None,
-                       webhooks: WebhookSettings | None = None) -> None:
-    """`tickwork worker` (and `up`'s worker): runs until ``stop`` is set, or SIGINT/SIGTERM."""
-    tracing.setup()  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
-    worker = await build_worker(url, settings)
-    if stop is None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-    # Webhook deliveries go on while the runs drain (their ends are events too), then stop.
-    deliveries_stop = asyncio.Event()
-    deliveries = asyncio.create_task(serve_deliverer(url, webhooks or WebhookSettings(),
-                                                     deliveries_stop))
-    try:
-        await worker.run(stop)
-    finally:
-        deliveries_stop.set()
-        await deliveries
-        await worker.deps.journal_writer.close()
-        await worker.deps.provider.aclose()
-        await worker.deps.pool.close()
-        await asyncio.to_thread(tracing.shutdown)  # exports the spans still batched
 
 
 async def _worker(url: str, stop: asyncio.Event) -> None:

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
-from tickwork.processes import worker_deps
+from tickwork.worker_process import worker_deps
 from tests.hostile_history import history_problem, message_chars
 from tests.hostile_model import (HostileModel, call, context_too_long, reply, server_error,
                                  silence, too_many_requests)

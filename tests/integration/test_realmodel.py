@@ -21,7 +21,7 @@ import pytest
 from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import until
 from tests.realmodel_server import realmodel_available, running_server
-from tickwork.processes import worker_deps
+from tickwork.worker_process import worker_deps
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings

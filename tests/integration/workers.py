@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 import psycopg
 
-from tickwork.processes import worker_deps
+from tickwork.worker_process import worker_deps
 from tickwork.sql.db import connect
 from tests.integration.drivers import ROOT
 from tickwork.worker.run_wiring import RunDeps
@@ -22,7 +22,7 @@ from tickwork.worker.settings import WorkerSettings
 
 
 def run_deps(pool, **settings) -> RunDeps:
-    """The process's own wiring (tickwork.processes.worker_deps) with the scripted models and
+    """The process's own wiring (tickwork.worker_process.worker_deps) with the scripted models and
     a short poll interval."""
     return worker_deps(pool, WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
                        provider=build_router(ProviderSettings(models="")),

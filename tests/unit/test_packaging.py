@@ -66,7 +66,7 @@ def test_a_built_wheel_holds_only_tickwork_and_imports_from_itself(tmp_path):
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)
     code = ("import tickwork.sql.db, tickwork.scheduler.api.app, tickwork.worker.runner, "
-            "tickwork.processes, tickwork.cli\n"
+            "tickwork.processes, tickwork.worker_process, tickwork.cli\n"
             "from pathlib import Path\n"
             "from tickwork.worker.tools import sandbox\n"
             "print(tickwork.sql.db.__file__)\n"

@@ -53,7 +53,7 @@ def test_unset_never_imports_the_sdk_and_a_thousand_runs_of_hooks_retain_no_memo
     code = """
 import sys, tracemalloc
 from uuid import UUID
-import tickwork.processes, tickwork.worker.run_delivery, tickwork.worker.calls, tickwork.worker.model_turn
+import tickwork.worker_process, tickwork.worker.run_delivery, tickwork.worker.calls, tickwork.worker.model_turn
 from tickwork.worker import tracing
 assert tracing.setup() is False
 def hooks():

@@ -244,17 +244,24 @@ class JournalWriter:
         batch.append(_Item(journal, len(events), verdict, waiters, encoded))
 
     async def _write(self, batch: list[_Item]) -> None:
+        """Write batches while runs are due: the next batch is taken as soon as one lands, in
+        this task, rather than one event-loop round later (with thousands of runs ready, a
+        round of the loop is long)."""
         try:
-            await self._write_isolated(batch)
+            while batch:
+                try:
+                    await self._write_isolated(batch)
+                finally:
+                    for item in batch:
+                        busy, item.journal._busy = item.journal._busy, None
+                        if busy is not None and not busy.done():
+                            busy.set_result(None)
+                    self._landed.set()
+                    self._landed = asyncio.Event()
+                batch = self._take()
         finally:
             self._writes.discard(asyncio.current_task())
             self._slots.release()
-            for item in batch:
-                busy, item.journal._busy = item.journal._busy, None
-                if busy is not None and not busy.done():
-                    busy.set_result(None)
-            self._landed.set()
-            self._landed = asyncio.Event()
             self._wake.set()
 
     async def _write_isolated(self, batch: list[_Item]) -> None:

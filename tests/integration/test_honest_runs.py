@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 
 from tickwork.scheduler.sweep import sweep_stale
-from tests.integration.test_worker_runs import events, make_agent, start_run
+from tests.factories import scripted_agent
+from tests.integration.test_worker_runs import events, start_run
 from tests.integration.workers import WorkerProcess, running_worker, scalar, until
 
 
@@ -214,7 +215,7 @@ async def test_unreadable_saved_state_fails_the_resume_in_band_without_a_retry(a
 
 
 async def test_cancel_ends_a_queued_run_at_once_and_a_running_one_at_its_next_turn(api, pool, db_url):
-    agent_id = await make_agent(api, tools=["demo.get_record"], name="c")
+    agent_id = await scripted_agent(api, tools=["demo.get_record"], name="c")
     queued = await start_run(api, agent_id, {"script": [{"text": "never"}]})
     cancelled = await api.post(f"/v1/runs/{queued}/cancel")
     assert cancelled.status_code == 202 and cancelled.json()["status"] == "cancelled"

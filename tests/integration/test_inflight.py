@@ -8,7 +8,7 @@ import asyncio
 import psycopg
 
 from tickwork.sql.db import open_pool
-from tests.integration.factories import make_agent, make_tenant
+from tests.factories import make_agent, make_tenant
 from tests.integration.workers import run_deps, scalar, until
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker

@@ -19,7 +19,7 @@ from tickwork.scheduler.runs import start_agent_run
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql.db import connect
 from tickwork.sql.ids import new_id
-from tests.integration.factories import make_agent, make_tenant
+from tests.factories import make_agent, make_tenant
 from tests.integration.workers import WorkerProcess, run_deps, scalar, until
 from tickwork.worker.runner import Worker
 from tickwork.worker.tools.local import ToolInputError, query_file

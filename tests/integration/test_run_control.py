@@ -16,6 +16,7 @@ from tickwork.scheduler.api.app import create_app, stop_hub
 from tickwork.scheduler.tick import run_tick
 from tickwork.sql.db import open_pool
 from tickwork.sql.journal import JournalWriter, RunJournal
+from tests.factories import create_agent
 from tests.integration.api_checks import assert_error, fingerprint
 from tests.integration.test_honest_runs import paused_run
 from tests.integration.test_roles import granted  # noqa: F401  (fixture)
@@ -24,13 +25,7 @@ from tests.integration.workers import running_worker, scalar, until
 from tickwork.worker.claim import claim_queued_runs, claim_resume
 
 ZERO = {"input_tokens": 0, "output_tokens": 0, "model_calls": 0}
-
-
-async def make_agent(api, status="active", name="controlled", tools=("demo.get_record",)):
-    response = await api.post("/v1/agents", json={"name": name, "tools": list(tools),
-                                                  "status": status})
-    assert response.status_code == 201, response.text
-    return response.json()["id"]
+TOOLS = ["demo.get_record"]  # the tools of every agent made here
 
 
 async def queue_run(api, agent_id: str) -> str:
@@ -42,7 +37,8 @@ async def queue_run(api, agent_id: str) -> str:
 async def start_by_hand(api, pool, writer: JournalWriter | None = None) -> tuple[str, RunJournal]:
     """A run queued through the API and claimed as a worker claims it, with its journal: the
     test then plays the worker's part of finishing or suspending it."""
-    run_id = await queue_run(api, await make_agent(api, name=f"by-hand-{uuid4().hex[:8]}"))
+    agent = await create_agent(api, f"by-hand-{uuid4().hex[:8]}", tools=TOOLS)
+    run_id = await queue_run(api, agent["id"])
     [run] = await claim_queued_runs(pool, limit=10, worker_id="test")
     assert str(run.id) == run_id
     return run_id, RunJournal(pool, run.id, run.run_token, next_seq=run.next_seq,
@@ -63,7 +59,7 @@ async def run_json(api, run_id: str) -> dict:
 # --- usage -------------------------------------------------------------------------------
 
 async def test_every_run_shape_carries_usage_starting_at_zero(api):
-    agent_id = await make_agent(api)
+    agent_id = (await create_agent(api, "controlled", tools=TOOLS))["id"]
     queued = (await api.post(f"/v1/agents/{agent_id}/runs", json={"input": {}})).json()
     assert queued["usage"] == ZERO
     assert (await run_json(api, queued["id"]))["usage"] == ZERO
@@ -126,7 +122,7 @@ async def test_a_suspension_stores_usage_so_far_and_the_resumed_finish_the_whole
 # --- paused and draft agents ---------------------------------------------------------------
 
 async def test_a_paused_agent_refuses_an_api_run_and_queues_nothing(api, db_url):
-    agent_id = await make_agent(api, status="paused")
+    agent_id = (await create_agent(api, "controlled", tools=TOOLS, status="paused"))["id"]
     before = await fingerprint(db_url)
     for headers in ({}, {"Idempotency-Key": "first-try"}):
         body = assert_error(await api.post(f"/v1/agents/{agent_id}/runs", json={"input": {}},
@@ -138,7 +134,7 @@ async def test_a_paused_agent_refuses_an_api_run_and_queues_nothing(api, db_url)
 
 
 async def test_run_now_of_a_paused_agents_schedule_is_refused_and_queues_nothing(api, db_url):
-    agent_id = await make_agent(api)
+    agent_id = (await create_agent(api, "controlled", tools=TOOLS))["id"]
     schedule = (await api.post("/v1/schedules", json={"agent_id": agent_id,
                                                       "cron": "0 9 * * *"})).json()
     agent = (await api.get(f"/v1/agents/{agent_id}")).json()
@@ -159,7 +155,7 @@ async def test_run_now_of_a_paused_agents_schedule_is_refused_and_queues_nothing
 
 
 async def test_a_replayed_request_still_returns_its_run_after_the_agent_is_paused(api, db_url):
-    agent_id = await make_agent(api)
+    agent_id = (await create_agent(api, "controlled", tools=TOOLS))["id"]
     key = {"Idempotency-Key": "nightly-1"}
     first = await api.post(f"/v1/agents/{agent_id}/runs", json={"input": {}}, headers=key)
     assert first.status_code == 202
@@ -173,7 +169,7 @@ async def test_a_replayed_request_still_returns_its_run_after_the_agent_is_pause
 
 
 async def test_a_draft_agent_runs_by_hand_but_never_from_its_schedule(api, pool, settings, db_url):
-    agent_id = await make_agent(api, status="draft")
+    agent_id = (await create_agent(api, "controlled", tools=TOOLS, status="draft"))["id"]
     schedule = (await api.post("/v1/schedules", json={"agent_id": agent_id,
                                                       "cron": "*/5 * * * *"})).json()
     by_api = await api.post(f"/v1/agents/{agent_id}/runs", json={"input": {}})

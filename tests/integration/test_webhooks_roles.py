@@ -14,9 +14,10 @@ import pytest
 from tickwork.scheduler.api.app import create_app, stop_hub
 from tickwork.scheduler.sweep import sweep_stale
 from tickwork.sql.db import open_pool
+from tests.factories import create_agent
 from tests.integration.test_honest_runs import done
 from tests.integration.test_roles import granted  # noqa: F401  (fixture)
-from tests.integration.test_webhooks_events import ALL, agent
+from tests.integration.test_webhooks_events import ALL
 from tests.integration.test_worker_runs import start_run
 from tests.integration.webhook_receiver import Receiver
 from tests.integration.workers import running_worker, scalar, until
@@ -40,7 +41,7 @@ async def test_every_role_queues_its_events_and_the_worker_role_delivers_them(
             with Receiver() as receiver:
                 hook = (await api.post("/v1/webhooks", json={"url": receiver.url,
                                                              "events": ALL})).json()
-                agent_id = await agent(api)
+                agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
                 completed = await start_run(api, agent_id, {"script": [{"text": "Done."}]})
                 async with running_worker(worker_pool, db_url):  # the worker's role ends it
                     await until(db_url, *done(completed))
@@ -69,7 +70,7 @@ async def test_every_role_queues_its_events_and_the_worker_role_delivers_them(
 async def test_two_deliverers_side_by_side_send_each_delivery_exactly_once(api, db_url):
     with Receiver() as receiver:
         await api.post("/v1/webhooks", json={"url": receiver.url, "events": ["run.cancelled"]})
-        agent_id = await agent(api)
+        agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
         for _ in range(30):
             run_id = await start_run(api, agent_id, {})
             assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 202
@@ -93,7 +94,7 @@ async def test_two_deliverers_side_by_side_send_each_delivery_exactly_once(api, 
 async def test_the_queueing_doors_called_by_hand_add_only_what_was_due_once(granted, api,
                                                                              db_url):
     await api.post("/v1/webhooks", json={"url": "https://example.com/h", "events": ALL})
-    agent_id = await agent(api)
+    agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
     waiting = await start_run(api, agent_id, {})
     ended = await start_run(api, agent_id, {})
     assert (await api.post(f"/v1/runs/{ended}/cancel")).status_code == 202

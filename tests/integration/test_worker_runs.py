@@ -14,17 +14,8 @@ from tickwork.sql import failpoints
 from tickwork.sql.db import open_pool
 from tickwork.logs import configure_logging
 from tickwork.worker.claim import claim_queued_runs, lease_tasks
+from tests.factories import DEMO_TOOLS, scripted_agent
 from tests.integration.workers import running_worker, scalar, until
-
-DEMO_TOOLS = ["demo.get_record", "demo.list_records", "demo.search_records", "query_file",
-              "read_file", "update_plan"]
-
-
-async def make_agent(api, tools=DEMO_TOOLS, name="worker-agent") -> str:
-    response = await api.post("/v1/agents", json={"name": name, "tools": tools,
-                                                  "instructions": "Answer from the records."})
-    assert response.status_code == 201, response.text
-    return response.json()["id"]
 
 
 async def start_run(api, agent_id: str, run_input: dict, timeout_minutes: int = 5) -> str:
@@ -46,7 +37,7 @@ def finished(run_id: str) -> tuple[str, tuple]:
 
 
 async def run_to_end(api, pool, db_url, run_input: dict, tools=DEMO_TOOLS, **settings) -> tuple:
-    agent_id = await make_agent(api, tools)
+    agent_id = await scripted_agent(api, tools)
     run_id = await start_run(api, agent_id, run_input)
     async with running_worker(pool, db_url, **settings):
         await until(db_url, *finished(run_id))
@@ -76,7 +67,7 @@ async def test_a_scripted_run_goes_from_queued_to_done_with_every_event_in_order
 
 
 async def test_ten_workers_racing_for_one_queued_run_start_it_once(api, pool, db_url):
-    agent_id = await make_agent(api)
+    agent_id = await scripted_agent(api)
     run_id = await start_run(api, agent_id, {"script": [{"text": "Once."}]})
     pools = [await open_pool(db_url, application_name=f"tickwork-test-{i}", max_size=1)
              for i in range(10)]  # ten sessions, as ten workers would have
@@ -96,7 +87,7 @@ async def test_a_leftover_leased_run_task_starts_once_and_a_claimed_duplicate_ru
         api, pool, db_url):
     # Tasks an older worker leased and never claimed (its lease expired): the one start
     # statement takes them; one whose execution that older worker did claim starts nothing.
-    agent_id = await make_agent(api)
+    agent_id = await scripted_agent(api)
     leftover = await start_run(api, agent_id, {"script": [{"text": "Left over."}]})
     claimed_elsewhere = await start_run(api, agent_id, {"script": [{"text": "Elsewhere."}]})
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -119,7 +110,7 @@ async def test_a_leftover_leased_run_task_starts_once_and_a_claimed_duplicate_ru
 
 async def test_leasing_serves_only_resumes_and_the_one_start_statement_takes_every_run_task(
         api, pool, db_url):
-    agent_id = await make_agent(api)
+    agent_id = await scripted_agent(api)
     ready = await start_run(api, agent_id, {"script": [{"text": "Ready."}]})
     expired = await start_run(api, agent_id, {"script": [{"text": "Expired."}]})
     with psycopg.connect(db_url, autocommit=True) as conn:
@@ -136,7 +127,7 @@ async def test_leasing_serves_only_resumes_and_the_one_start_statement_takes_eve
 
 
 async def test_a_run_whose_agent_is_gone_fails_in_band_and_removes_its_schedules(api, pool, db_url):
-    agent_id = await make_agent(api)
+    agent_id = await scripted_agent(api)
     schedule = (await api.post("/v1/schedules", json={"agent_id": agent_id, "cron": "0 9 * * *"})).json()
     run_id = (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).json()["id"]
     # The agent row vanishes behind the API's back (as if deleted by a concurrent process),
@@ -209,7 +200,7 @@ async def test_secrets_are_redacted_before_the_journal_stores_them(api, pool, db
 
 
 async def test_a_late_worker_cannot_overwrite_the_sweeps_verdict(api, pool, db_url):
-    agent_id = await make_agent(api)
+    agent_id = await scripted_agent(api)
     run_id = await start_run(api, agent_id, {"script": [{"text": "Finished late."}]},
                              timeout_minutes=1)
     failpoints.arm("run.before_complete_commit", "block:late")
@@ -233,7 +224,7 @@ async def test_a_late_worker_cannot_overwrite_the_sweeps_verdict(api, pool, db_u
 
 async def test_a_run_writes_one_info_line_and_its_start_only_at_debug(api, pool, db_url, capsys,
                                                                        monkeypatch):
-    agent_id = await make_agent(api, [])
+    agent_id = await scripted_agent(api, [])
     lines = {}
     try:
         for level in ("info", "debug"):

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 import pytest
 
 from tickwork.worker_process import worker_deps
+from tests.factories import create_agent
 from tests.hostile_history import history_problem, message_chars
 from tests.hostile_model import (HostileModel, call, context_too_long, reply, server_error,
                                  silence, too_many_requests)
@@ -54,11 +55,10 @@ _names = iter(range(1, 1_000_000))
 
 
 async def new_agent(api, tools, auto_approve=()) -> dict:
-    body = {"name": f"hostile-{next(_names)}", "instructions": "Send what you are asked to send.",
-            "tools": list(tools), "auto_approve": list(auto_approve)}
-    response = await api.post("/v1/agents", json=body)
-    assert response.status_code == 201, response.text
-    return {**body, "id": response.json()["id"]}
+    """An agent told to send, under a name of its own in this module."""
+    return await create_agent(api, f"hostile-{next(_names)}", tools=list(tools),
+                              instructions="Send what you are asked to send.",
+                              auto_approve=list(auto_approve))
 
 
 def ended(run_id: str) -> tuple[str, tuple]:

@@ -60,9 +60,11 @@ def count(conn: psycopg.Connection, sql: str, params: tuple = ()) -> int:
 
 # --- through the API (an httpx client of the app, as the `api` fixture gives) ------------------
 
-async def create_agent(api, name: str = "reporter", **fields) -> dict:
-    """POST /v1/agents with exactly these fields; the created agent."""
-    response = await api.post("/v1/agents", json={"name": name, **fields})
+async def create_agent(api, name: str = "reporter", *, headers: dict | None = None,
+                       **fields) -> dict:
+    """POST /v1/agents with exactly these fields (as the api's tenant, or as headers say); the
+    created agent."""
+    response = await api.post("/v1/agents", json={"name": name, **fields}, headers=headers)
     assert response.status_code == 201, response.text
     return response.json()
 
@@ -80,3 +82,12 @@ async def create_schedule(api, agent_id: str, cron: str = "0 9 * * *", **fields)
     response = await api.post("/v1/schedules", json={"agent_id": agent_id, "cron": cron, **fields})
     assert response.status_code == 201, response.text
     return response.json()
+
+
+async def queue_run(api, agent_id: str, run_input: dict | None = None, *,
+                    headers: dict | None = None, **fields) -> str:
+    """POST /v1/agents/{id}/runs; the queued run's id."""
+    response = await api.post(f"/v1/agents/{agent_id}/runs",
+                              json={"input": run_input or {}, **fields}, headers=headers)
+    assert response.status_code == 202, response.text
+    return response.json()["id"]

@@ -6,14 +6,8 @@ from __future__ import annotations
 import psycopg
 
 from tickwork.scheduler.serialize import utc_text
+from tests.factories import queue_run
 from tests.integration.api_checks import assert_error
-
-
-async def queue(api, agent_id: str, headers: dict | None = None) -> str:
-    response = await api.post(f"/v1/agents/{agent_id}/runs", json={"input": {}},
-                              headers=headers or {})
-    assert response.status_code == 202, response.text
-    return response.json()["id"]
 
 
 def backdate(db_url: str, run_id: str, minutes_ago: int, status: str, outcome: str | None):
@@ -34,13 +28,13 @@ def minute_of(db_url: str, run_id: str):
 
 async def test_runs_per_minute_counts_the_tenants_runs_of_the_last_hour_by_outcome(api, db_url):
     agent = (await api.post("/v1/agents", json={"name": "counted"})).json()["id"]
-    done, failed, old, queued = [await queue(api, agent) for _ in range(4)]
+    done, failed, old, queued = [await queue_run(api, agent) for _ in range(4)]
     half_hour = backdate(db_url, done, 30, "completed", "done")
     assert backdate(db_url, failed, 30, "failed", "failed") == half_hour
     backdate(db_url, old, 70, "completed", "done")  # before the window
     globex = {"Authorization": f"Bearer {api.tokens['globex']}"}
     theirs = (await api.post("/v1/agents", json={"name": "theirs"}, headers=globex)).json()["id"]
-    await queue(api, theirs, globex)  # another tenant's run, this minute
+    await queue_run(api, theirs, headers=globex)  # another tenant's run, this minute
 
     response = await api.get("/v1/stats/runs-per-minute")
     assert response.status_code == 200, response.text
@@ -55,7 +49,7 @@ async def test_runs_per_minute_counts_the_tenants_runs_of_the_last_hour_by_outco
 
 async def test_runs_per_minute_takes_a_window_and_refuses_a_bad_one(api, db_url):
     agent = (await api.post("/v1/agents", json={"name": "counted"})).json()["id"]
-    run = await queue(api, agent)
+    run = await queue_run(api, agent)
     backdate(db_url, run, 70, "cancelled", "cancelled")
     body = (await api.get("/v1/stats/runs-per-minute", params={"minutes": 90})).json()
     assert len(body["items"]) == 90

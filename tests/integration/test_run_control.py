@@ -16,7 +16,7 @@ from tickwork.scheduler.api.app import create_app, stop_hub
 from tickwork.scheduler.tick import run_tick
 from tickwork.sql.db import open_pool
 from tickwork.sql.journal import JournalWriter, RunJournal
-from tests.factories import create_agent
+from tests.factories import create_agent, queue_run
 from tests.integration.api_checks import assert_error, fingerprint
 from tests.integration.test_honest_runs import paused_run
 from tests.integration.test_roles import granted  # noqa: F401  (fixture)
@@ -26,12 +26,6 @@ from tickwork.worker.claim import claim_queued_runs, claim_resume
 
 ZERO = {"input_tokens": 0, "output_tokens": 0, "model_calls": 0}
 TOOLS = ["demo.get_record"]  # the tools of every agent made here
-
-
-async def queue_run(api, agent_id: str) -> str:
-    response = await api.post(f"/v1/agents/{agent_id}/runs", json={"input": {}})
-    assert response.status_code == 202, response.text
-    return response.json()["id"]
 
 
 async def start_by_hand(api, pool, writer: JournalWriter | None = None) -> tuple[str, RunJournal]:

@@ -13,7 +13,7 @@ from playwright.async_api import expect  # the test extra installs it
 from tickwork.scheduler.api.app import create_app
 from tickwork.scheduler.serialize import utc_text
 from tickwork.scheduler.tick import run_tick
-from tests.factories import create_agent, create_schedule
+from tests.factories import create_agent, create_schedule, queue_run
 from tests.integration.browser import chromium_page, screenshot, serving
 from tests.integration.test_run_control import start_by_hand
 from tests.integration.workers import scalar
@@ -44,12 +44,6 @@ async def open_viewer(page, server, token: str, hash_: str = "#/") -> None:
 
 async def no_violations(page) -> None:
     assert await page.evaluate("() => window.violations") == []
-
-
-async def queue(api, agent_id: str) -> str:
-    response = await api.post(f"/v1/agents/{agent_id}/runs", json={"input": {}})
-    assert response.status_code == 202, response.text
-    return response.json()["id"]
 
 
 def sql(db_url: str, statement: str, params: tuple = ()):
@@ -171,8 +165,8 @@ async def test_filters_narrow_the_runs_list_and_older_pages_follow_the_cursor(
         api, pool, db_url, settings, tokens):
     alpha = (await create_agent(api, "alpha"))["id"]
     beta = (await create_agent(api, "beta"))["id"]
-    alpha_runs = [await queue(api, alpha) for _ in range(3)]
-    beta_runs = [await queue(api, beta) for _ in range(51)]
+    alpha_runs = [await queue_run(api, alpha) for _ in range(3)]
+    beta_runs = [await queue_run(api, beta) for _ in range(51)]
     sql(db_url, "UPDATE executions SET status = 'failed', outcome = 'failed' WHERE id = %s",
         (alpha_runs[0],))
     sql(db_url, "UPDATE executions SET created_at = now() - interval '2 hours' WHERE id = %s",
@@ -263,7 +257,7 @@ async def test_cancel_from_the_run_page_asks_first_and_ends_a_waiting_run(
 
 async def test_the_chart_draws_each_minutes_runs_by_outcome(api, pool, db_url, settings, tokens):
     agent = (await create_agent(api, "charted"))["id"]
-    runs = [await queue(api, agent) for _ in range(5)]
+    runs = [await queue_run(api, agent) for _ in range(5)]
     moved = {}
     for run, (minutes_ago, status, outcome) in zip(runs, [
             (20, "completed", "done"), (20, "completed", "done"), (20, "failed", "failed"),

@@ -222,8 +222,8 @@ def main() -> None:
     say(f"efficiency {figures['efficiency']:.3f} ({figures['ideal_s']:g} s ideal, "
         f"{figures['actual_s']:.2f} s actual; starts p50 {figures['start_p50_s']:.2f} s, "
         f"last {figures['start_max_s']:.2f} s; step_start stored p99 "
-        f"{figures['step_start_stored_p99_s']:.2f} s; finishes from {figures['finish_first_s']:.2f} s, "
-        f"p50 {figures['finish_p50_s']:.2f} s)")
+        f"{figures['step_start_stored_p99_s']:.2f} s; finishes from "
+        f"{figures['finish_first_s']:.2f} s, p50 {figures['finish_p50_s']:.2f} s)")
     say(f"connections: pool peak {figures['peak_pool_connections']} of "
         f"{figures['pool_max_size']}, other worker connections {figures['peak_other_worker_connections']}")
     say(f"worker CPU {figures['worker_cpu_s']} s over the run")

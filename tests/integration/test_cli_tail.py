@@ -16,9 +16,9 @@ import pytest
 import uvicorn
 
 from tickwork.scheduler.api.app import create_app, stop_hub
-from tests.factories import scripted_agent
+from tests.factories import queue_run, scripted_agent
 from tests.integration.drivers import ROOT
-from tests.integration.test_worker_runs import events, start_run
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import running_worker
 from tickwork.run_tree import build_view, render, view_lines
 from tickwork.sse_follow import Follower, SseEvent, SseParser, TailError, parse_sse
@@ -308,7 +308,7 @@ SCRIPTED = {"script": [{"sleep": 1},
 
 
 async def test_tail_json_prints_exactly_the_stored_events_and_exits_0(api, pool, db_url, live):
-    run_id = await start_run(api, await scripted_agent(api, ["demo.get_record"]), SCRIPTED)
+    run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), SCRIPTED)
     process = await tail(live, api.tokens["acme"], run_id, "--json")
     async with running_worker(pool, db_url):
         code, out, err = await finish(process)
@@ -320,7 +320,7 @@ async def test_tail_json_prints_exactly_the_stored_events_and_exits_0(api, pool,
 
 
 async def test_tail_draws_the_final_tree_once_when_piped(api, pool, db_url, live):
-    run_id = await start_run(api, await scripted_agent(api, ["demo.get_record"]), SCRIPTED)
+    run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), SCRIPTED)
     process = await tail(live, api.tokens["acme"], run_id)
     async with running_worker(pool, db_url):
         code, out, err = await finish(process)
@@ -336,7 +336,7 @@ async def test_a_server_restart_mid_run_loses_and_repeats_nothing(api, pool, db_
                          {"sleep": 2.5},
                          {"tool_calls": [{"name": "demo.get_record", "arguments": {"id": 2}}]},
                          {"sleep": 1}, {"text": "Done."}]}
-    run_id = await start_run(api, await scripted_agent(api, ["demo.get_record"]), script)
+    run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), script)
     process = await tail(live, api.tokens["acme"], run_id, "--json")
     before: list[dict] = []
     async with running_worker(pool, db_url):
@@ -360,7 +360,7 @@ async def test_a_server_restart_mid_run_loses_and_repeats_nothing(api, pool, db_
 
 async def test_a_hard_stopped_run_exits_1(api, pool, db_url, live):
     loop = {"script": [{"repeat": {"tool": "demo.get_record", "times": 500, "vary": "id"}}]}
-    run_id = await start_run(api, await scripted_agent(api, ["demo.get_record"]), loop)
+    run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), loop)
     process = await tail(live, api.tokens["acme"], run_id)
     async with running_worker(pool, db_url):
         code, out, err = await finish(process)
@@ -372,7 +372,7 @@ async def test_a_hard_stopped_run_exits_1(api, pool, db_url, live):
 
 async def test_a_stalled_out_run_exits_1_in_json_mode_too(api, pool, db_url, live):
     script = {"script": [{"text": "Working on it."}], "judge": ["stalled"]}
-    run_id = await start_run(api, await scripted_agent(api, []), script)
+    run_id = await queue_run(api, await scripted_agent(api, []), script)
     process = await tail(live, api.tokens["acme"], run_id, "--json")
     async with running_worker(pool, db_url):
         code, out, err = await finish(process)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
+from tests.factories import queue_run
 from tests.integration.test_roles import granted  # noqa: F401 (a fixture)
 from tests.integration.test_visible_events import Gate, gated_worker, has_event
-from tests.integration.test_worker_runs import events, start_run
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import scalar, until
 
 CANARY = "sk-live-" + "Q" * 40
@@ -41,7 +42,7 @@ async def agent(api, tools: list[str], auto_approve: list[str] = ()) -> str:
 
 async def test_a_run_still_going_after_the_grace_period_is_released_and_retried_at_once(
         api, pool, db_url):
-    run_id = await start_run(api, await agent(api, ["demo.get_record"]),
+    run_id = await queue_run(api, await agent(api, ["demo.get_record"]),
                              {"script": [{"sleep": 30}, {"text": "Finished."}]})
     async with gated_worker(pool, db_url, model=Gate(), shutdown_grace_seconds=0):
         await until(db_url, *has_event(run_id, "step_start"), timeout=30)
@@ -72,7 +73,7 @@ async def test_a_run_still_going_after_the_grace_period_is_released_and_retried_
 
 
 async def test_a_released_resumed_run_keeps_its_decision_and_never_sends_twice(api, pool, db_url):
-    run_id = await start_run(api, await agent(api, ["demo.send_message"]), {
+    run_id = await queue_run(api, await agent(api, ["demo.send_message"]), {
         "script": [{"tool_calls": [SEND]}, {"sleep": 30}, {"text": "Sent."}]})
     async with gated_worker(pool, db_url, model=opened()):
         await until(db_url, "SELECT count(*) = 1 FROM approvals WHERE status = 'pending'",
@@ -112,7 +113,7 @@ async def test_the_worker_role_may_release_a_run_and_queue_its_retry(api, grante
     """Deployed with least-privilege roles (sql/grants.sql), the release still lands."""
     from tickwork.sql.db import open_pool
 
-    run_id = await start_run(api, await agent(api, ["demo.get_record"]),
+    run_id = await queue_run(api, await agent(api, ["demo.get_record"]),
                              {"script": [{"sleep": 30}, {"text": "Finished."}]})
     worker_pool = await open_pool(granted["tickwork_worker"], application_name="tickwork-worker")
     try:

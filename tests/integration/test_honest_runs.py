@@ -8,8 +8,8 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 
 from tickwork.scheduler.sweep import sweep_stale
-from tests.factories import scripted_agent
-from tests.integration.test_worker_runs import events, start_run
+from tests.factories import queue_run, scripted_agent
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import WorkerProcess, running_worker, scalar, until
 
 
@@ -25,7 +25,7 @@ def suspended(run_id: str) -> tuple[str, tuple]:
 async def run(api, pool, db_url, run_input, tools=("demo.get_record",), auto_approve=(), name="a"):
     response = await api.post("/v1/agents", json={"name": name, "tools": list(tools),
                                                   "auto_approve": list(auto_approve)})
-    run_id = await start_run(api, response.json()["id"], run_input)
+    run_id = await queue_run(api, response.json()["id"], run_input)
     async with running_worker(pool, db_url):
         await until(db_url, *done(run_id))
     return (await api.get(f"/v1/runs/{run_id}")).json(), await events(api, run_id)
@@ -102,7 +102,7 @@ async def paused_run(api, pool, db_url, auto_approve=()):
     script = {"script": [{"tool_calls": [{"name": "demo.send_message",
                                           "arguments": {"recipient": "ops", "text": "report"}}]},
                          {"text": "Handled."}]}
-    run_id = await start_run(api, agent.json()["id"], script)
+    run_id = await queue_run(api, agent.json()["id"], script)
     async with running_worker(pool, db_url):
         await until(db_url, *suspended(run_id))
     return run_id
@@ -162,7 +162,7 @@ async def test_an_auto_approved_send_runs_without_a_pause_and_says_so(api, pool,
     script = {"script": [{"tool_calls": [{"name": "demo.send_message",
                                           "arguments": {"recipient": "ops", "text": "hi"}}]},
                          {"text": "Sent."}]}
-    run_id = await start_run(api, agent.json()["id"], script)
+    run_id = await queue_run(api, agent.json()["id"], script)
     async with running_worker(pool, db_url):
         await until(db_url, *done(run_id))
     assert of_type(await events(api, run_id), "tool_start")[0]["auto_approved"] is True
@@ -186,7 +186,7 @@ async def test_an_approval_survives_a_killed_worker(api, pool, db_url):
     script = {"script": [{"tool_calls": [{"name": "demo.send_message",
                                           "arguments": {"recipient": "ops", "text": "x"}}]},
                          {"text": "Done."}]}
-    run_id = await start_run(api, agent.json()["id"], script)
+    run_id = await queue_run(api, agent.json()["id"], script)
     first = WorkerProcess(db_url)
     await until(db_url, *suspended(run_id))
     first.kill()
@@ -216,12 +216,12 @@ async def test_unreadable_saved_state_fails_the_resume_in_band_without_a_retry(a
 
 async def test_cancel_ends_a_queued_run_at_once_and_a_running_one_at_its_next_turn(api, pool, db_url):
     agent_id = await scripted_agent(api, tools=["demo.get_record"], name="c")
-    queued = await start_run(api, agent_id, {"script": [{"text": "never"}]})
+    queued = await queue_run(api, agent_id, {"script": [{"text": "never"}]})
     cancelled = await api.post(f"/v1/runs/{queued}/cancel")
     assert cancelled.status_code == 202 and cancelled.json()["status"] == "cancelled"
     assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 0
     assert (await api.post(f"/v1/runs/{queued}/cancel")).status_code == 409
-    slow = await start_run(api, agent_id, {"script": [
+    slow = await queue_run(api, agent_id, {"script": [
         {"sleep": 1.5}, {"tool_calls": [{"name": "demo.get_record", "arguments": {"id": 1}}]},
         {"text": "should not get here"}]})
     async with running_worker(pool, db_url):

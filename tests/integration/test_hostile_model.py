@@ -12,11 +12,11 @@ from contextlib import asynccontextmanager
 import pytest
 
 from tickwork.worker_process import worker_deps
-from tests.factories import create_agent
+from tests.factories import create_agent, queue_run
 from tests.hostile_history import history_problem, message_chars
 from tests.hostile_model import (HostileModel, call, context_too_long, reply, server_error,
                                  silence, too_many_requests)
-from tests.integration.test_worker_runs import events, start_run
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import scalar, until
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
@@ -131,7 +131,7 @@ async def test_four_sends_with_hostile_ids_are_each_delivered_once(api, pool, db
         reply("All four reports were sent.", usage=(400, 33)),
         reply("done: the four reports went out", usage=(50, 4)))
     agent = await new_agent(api, [SEND, "demo.get_record"])
-    run_id = await start_run(api, agent["id"], {"prompt": "Send the four reports."})
+    run_id = await queue_run(api, agent["id"], {"prompt": "Send the four reports."})
     async with hostile_worker(pool, db_url, model):
         await until(db_url, *pending_approvals(run_id, 1))
         first = await approve_the_pending_one(api)  # report A, by a person
@@ -179,7 +179,7 @@ async def test_a_context_length_refusal_is_answered_by_one_masked_retry(api, poo
     model.queue(*reads, context_too_long(), reply("Thirty records listed.", usage=(20, 2)),
                 reply("done", usage=(5, 1)))
     agent = await new_agent(api, ["demo.list_records"])
-    run_id = await start_run(api, agent["id"], {"prompt": "List thirty records."})
+    run_id = await queue_run(api, agent["id"], {"prompt": "List thirty records."})
     async with hostile_worker(pool, db_url, model):
         await until(db_url, *ended(run_id))
     run = (await api.get(f"/v1/runs/{run_id}")).json()
@@ -206,7 +206,7 @@ async def test_a_server_enforcing_its_context_size_gets_the_masked_retry(api, po
 
     async def one_run() -> tuple[dict, list]:
         agent = await new_agent(api, ["demo.list_records"])
-        run_id = await start_run(api, agent["id"], {"prompt": "List thirty records."})
+        run_id = await queue_run(api, agent["id"], {"prompt": "List thirty records."})
         async with hostile_worker(pool, db_url, model):
             await until(db_url, *ended(run_id))
         return (await api.get(f"/v1/runs/{run_id}")).json(), await events(api, run_id)
@@ -232,7 +232,7 @@ async def test_a_429_then_success_streams_the_answer_and_counts_one_call(api, po
     model.queue(too_many_requests("0.2"), reply("Nothing to send today.", usage=(70, 9)),
                 reply("done", usage=(30, 1)))
     agent = await new_agent(api, [SEND])
-    run_id = await start_run(api, agent["id"], {"prompt": "Anything to send?"})
+    run_id = await queue_run(api, agent["id"], {"prompt": "Anything to send?"})
     async with hostile_worker(pool, db_url, model):
         await until(db_url, *ended(run_id))
     run = (await api.get(f"/v1/runs/{run_id}")).json()
@@ -249,7 +249,7 @@ async def test_a_server_that_keeps_failing_ends_the_run_with_one_sentence(api, p
                                                                          model):
     model.queue(*[server_error() for _ in range(4)])
     agent = await new_agent(api, [SEND])
-    run_id = await start_run(api, agent["id"], {"prompt": "Anything to send?"})
+    run_id = await queue_run(api, agent["id"], {"prompt": "Anything to send?"})
     async with hostile_worker(pool, db_url, model):
         await until(db_url, *ended(run_id))
     run = (await api.get(f"/v1/runs/{run_id}")).json()

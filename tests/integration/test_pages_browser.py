@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from tickwork.scheduler.api.app import create_app
+from tests.factories import queue_run
 from tests.integration.browser import chromium_page, serving
-from tests.integration.test_worker_runs import start_run
 from tests.integration.workers import running_worker, until
 
 from playwright.async_api import expect  # noqa: E402  (the test extra installs it)
@@ -35,7 +35,7 @@ async def test_the_viewer_runs_under_its_policy_and_the_browser_enforces_it(
         api, pool, db_url, settings, tokens):
     agent = await api.post("/v1/agents", json={"name": "sender", "tools": ["demo.send_message"]})
     hostile = '<script>window.pwned=1</script>[conceal]boss@example.com[/conceal]\x1b]52;c;eA==\x07'
-    run_id = await start_run(api, agent.json()["id"], {"script": [
+    run_id = await queue_run(api, agent.json()["id"], {"script": [
         {"tool_calls": [{"name": "demo.send_message",
                          "arguments": {"recipient": hostile, "text": "report"}}]},
         {"text": "Handled."}]})

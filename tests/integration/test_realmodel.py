@@ -18,7 +18,8 @@ import json
 import httpx
 import pytest
 
-from tests.integration.test_worker_runs import events, start_run
+from tests.factories import queue_run
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import until
 from tests.realmodel_server import realmodel_available, running_server
 from tickwork.worker_process import worker_deps
@@ -113,7 +114,7 @@ async def test_a_run_on_a_real_model_with_a_real_judge_ends_honestly_over_a_well
                                                      "instructions": INSTRUCTIONS})
         assert created.status_code == 201, created.text
         agent_id = created.json()["id"]
-        run_id = await start_run(api, agent_id, {"prompt": PROMPT})
+        run_id = await queue_run(api, agent_id, {"prompt": PROMPT})
         stop = asyncio.Event()
         task = asyncio.create_task(Worker(deps, db_url).run(stop))
         try:

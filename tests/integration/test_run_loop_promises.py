@@ -13,8 +13,9 @@ from contextlib import asynccontextmanager
 
 import psycopg
 
+from tests.factories import queue_run
 from tests.integration.test_honest_runs import done, of_type, suspended
-from tests.integration.test_worker_runs import events, start_run
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import run_deps, scalar, until
 from tickwork.worker.model import ContextTooLong, Reply, Usage
 from tickwork.worker.providers.scripted import ScriptedProvider
@@ -102,7 +103,7 @@ async def agent(api, tools, auto_approve=(), name="promises", db_url=None, raw_t
 
 
 async def run_through(api, pool, db_url, agent_id, run_input, **kw):
-    run_id = await start_run(api, agent_id, run_input)
+    run_id = await queue_run(api, agent_id, run_input)
     async with worker(pool, db_url, **kw):
         await until(db_url, *done(run_id))
     return (await api.get(f"/v1/runs/{run_id}")).json(), await events(api, run_id)
@@ -164,7 +165,7 @@ async def decide_all(api, pool, db_url, run_id: str, expected: int) -> list[str]
 
 async def test_with_approval_each_same_id_send_gets_its_own_decidable_approval(api, pool, db_url):
     agent_id = await agent(api, ["demo.send_message"])
-    run_id = await start_run(api, agent_id, DUPLICATES)
+    run_id = await queue_run(api, agent_id, DUPLICATES)
     async with worker(pool, db_url):
         await until(db_url, *suspended(run_id))
     decided = await decide_all(api, pool, db_url, run_id, 4)
@@ -180,7 +181,7 @@ async def test_odd_long_or_missing_model_ids_give_short_url_safe_approval_ids(ap
     agent_id = await agent(api, ["demo.send_message"])
     script = {"script": [{"tool_calls": [send("slash", "a/b?c=d#e"), send("long", "x" * 300),
                                          send("missing", None)]}, {"text": "Sent."}]}
-    run_id = await start_run(api, agent_id, script)
+    run_id = await queue_run(api, agent_id, script)
     async with worker(pool, db_url):
         await until(db_url, *suspended(run_id))
     decided = await decide_all(api, pool, db_url, run_id, 3)
@@ -230,7 +231,7 @@ async def test_a_tool_with_no_class_or_an_unknown_class_waits_for_a_person(api, 
     script = {"script": [{"tool_calls": [{"name": "test.classless", "arguments": {"note": "1"}},
                                          {"name": "test.launch", "arguments": {"note": "2"}}]},
                          {"text": "Probed."}]}
-    run_id = await start_run(api, agent_id, script)
+    run_id = await queue_run(api, agent_id, script)
     async with worker(pool, db_url, extra=extra):
         await until(db_url, *suspended(run_id))
         pending = (await api.get("/v1/approvals", params={"status": "pending"})).json()["items"]
@@ -390,7 +391,7 @@ async def test_hard_stop_and_cancel_gate_decisions_carry_units_left(api, pool, d
         {"repeat": {"tool": "demo.get_record", "times": 50, "vary": "id"}}]}, hard_cap=3)
     hard = of_type(journal, "gate_decision")[-1]
     assert (hard["verdict"], hard["units_left"]) == ("hard_stop", 20)
-    slow = await start_run(api, agent_id, {"script": [
+    slow = await queue_run(api, agent_id, {"script": [
         {"sleep": 1.5}, {"tool_calls": [{"name": "demo.get_record", "arguments": {"id": 1}}]},
         {"text": "should not get here"}]})
     async with worker(pool, db_url):
@@ -413,7 +414,7 @@ async def test_usage_is_journaled_per_call_and_summed_on_the_run_across_a_pause(
         costly({"tool_calls": [{"name": "demo.get_record", "arguments": {"id": 1}}]}, 100, 10),
         costly({"tool_calls": [send("report", ...)]}, 150, 20),
         costly({"text": "Sent."}, 200, 5)]}
-    run_id = await start_run(api, agent_id, script)
+    run_id = await queue_run(api, agent_id, script)
     async with worker(pool, db_url):
         await until(db_url, *suspended(run_id))
     saved = scalar(db_url, "SELECT usage FROM executions WHERE id = %s", (run_id,))

@@ -10,8 +10,9 @@ import string
 import psycopg
 import structlog
 
+from tests.factories import queue_run
 from tests.integration.test_honest_runs import done, suspended
-from tests.integration.test_worker_runs import events, start_run
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import running_worker, scalar, until
 from tickwork.logs import configure_logging
 
@@ -43,7 +44,7 @@ async def waiting_send(api, pool, db_url, text: str, name: str = "announcer") ->
     script = {"script": [{"tool_calls": [{"name": "demo.send_message",
                                           "arguments": {"recipient": "ops", "text": text}}]},
                          {"text": "Sent the notes."}]}
-    run_id = await start_run(api, agent.json()["id"], script)
+    run_id = await queue_run(api, agent.json()["id"], script)
     async with running_worker(pool, db_url):
         await until(db_url, *suspended(run_id))
     return run_id
@@ -147,7 +148,7 @@ async def test_a_second_pause_in_the_same_run_saves_the_answered_call_redacted(a
                          {"tool_calls": [{"name": "demo.send_message", "arguments": {
                              "recipient": "ops", "text": "second, harmless"}}]},
                          {"text": "Done."}]}
-    run_id = await start_run(api, agent.json()["id"], script)
+    run_id = await queue_run(api, agent.json()["id"], script)
     async with running_worker(pool, db_url):
         await until(db_url, *suspended(run_id))
         first = (await api.get("/v1/approvals")).json()["items"][0]

@@ -8,8 +8,8 @@ import asyncio
 import httpx
 import psycopg
 
-from tests.factories import scripted_agent
-from tests.integration.test_worker_runs import events, start_run
+from tests.factories import queue_run, scripted_agent
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import running_worker, until
 from tests.sse import frames
 
@@ -44,7 +44,7 @@ async def read_all(http: httpx.AsyncClient, run_id: str, *, last: str | None = N
 
 
 async def test_a_tail_that_hangs_up_after_every_event_and_resumes_misses_nothing(api, pool, db_url, live_api):
-    run_id = await start_run(api, await scripted_agent(api, ["demo.get_record"]), LIVE_SCRIPT)
+    run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), LIVE_SCRIPT)
     received: list[dict] = []
     async with running_worker(pool, db_url), client(live_api) as http:
         while not received or received[-1]["type"] != "run_complete":
@@ -57,7 +57,7 @@ async def test_a_tail_that_hangs_up_after_every_event_and_resumes_misses_nothing
 
 
 async def test_two_hundred_subscribers_on_one_process_all_receive_every_event(api, pool, db_url, live_api):
-    run_id = await start_run(api, await scripted_agent(api, ["demo.get_record"]), LIVE_SCRIPT)
+    run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), LIVE_SCRIPT)
     async with client(live_api) as http:
         tails = [asyncio.create_task(read_all(http, run_id)) for _ in range(200)]
         await asyncio.sleep(0)  # let them connect before the run starts
@@ -71,7 +71,7 @@ async def test_hostile_text_in_an_event_arrives_as_exactly_one_event(api, pool, 
     # (NUL and lone surrogates cannot enter through the API; the journal's own handling of
     # them is unit-tested in test_redact.py.)
     hostile = "a\n\ndata: x\n\nevent: run_complete\nid: 999\r\nb\u2028c: d"
-    run_id = await start_run(api, await scripted_agent(api, []), {"script": [{"text": hostile}]})
+    run_id = await queue_run(api, await scripted_agent(api, []), {"script": [{"text": hostile}]})
     async with running_worker(pool, db_url):
         await until(db_url, "SELECT status = 'completed' FROM executions WHERE id = %s", (run_id,))
     async with client(live_api) as http:
@@ -85,7 +85,7 @@ async def test_hostile_text_in_an_event_arrives_as_exactly_one_event(api, pool, 
 async def test_a_waiting_run_gets_keepalives_that_use_no_sequence_number(api, pool, db_url, live_api, settings):
     settings.sse_keepalive_seconds = 0.3
     agent = await api.post("/v1/agents", json={"name": "s", "tools": ["demo.send_message"]})
-    run_id = await start_run(api, agent.json()["id"], {"script": [{"tool_calls": [
+    run_id = await queue_run(api, agent.json()["id"], {"script": [{"tool_calls": [
         {"name": "demo.send_message", "arguments": {"recipient": "a", "text": "b"}}]}]})
     async with running_worker(pool, db_url):
         await until(db_url, "SELECT breadcrumb = 'suspended' FROM executions WHERE id = %s", (run_id,))
@@ -105,7 +105,7 @@ async def test_a_waiting_run_gets_keepalives_that_use_no_sequence_number(api, po
 
 
 async def test_bad_resume_points_and_other_tenants_are_refused_clearly(api, pool, db_url, live_api):
-    run_id = await start_run(api, await scripted_agent(api, []), {"script": [{"text": "ok"}]})
+    run_id = await queue_run(api, await scripted_agent(api, []), {"script": [{"text": "ok"}]})
     async with running_worker(pool, db_url):
         await until(db_url, "SELECT status = 'completed' FROM executions WHERE id = %s", (run_id,))
     async with client(live_api) as http:
@@ -125,8 +125,8 @@ async def test_bad_resume_points_and_other_tenants_are_refused_clearly(api, pool
 
 async def test_a_stream_ticket_lets_a_header_less_client_tail_one_run_only(api, pool, db_url, live_api):
     agent_id = await scripted_agent(api, [])
-    run_id = await start_run(api, agent_id, {"script": [{"text": "ok"}]})
-    other_run = await start_run(api, agent_id, {"script": [{"text": "other"}]})
+    run_id = await queue_run(api, agent_id, {"script": [{"text": "ok"}]})
+    other_run = await queue_run(api, agent_id, {"script": [{"text": "other"}]})
     async with running_worker(pool, db_url):
         await until(db_url, "SELECT count(*) = 2 FROM executions WHERE status = 'completed'")
     async with client(live_api) as http:
@@ -145,7 +145,7 @@ async def test_a_stream_ticket_lets_a_header_less_client_tail_one_run_only(api, 
 
 
 async def test_a_lost_listen_connection_is_replaced_and_nothing_is_skipped(api, pool, db_url, live_api):
-    run_id = await start_run(api, await scripted_agent(api, ["demo.get_record"]), LIVE_SCRIPT)
+    run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), LIVE_SCRIPT)
     async with client(live_api) as http:
         tail = asyncio.create_task(read_all(http, run_id))
         await until(db_url, "SELECT count(*) = 1 FROM pg_stat_activity"
@@ -163,7 +163,7 @@ async def test_a_poll_and_a_notification_refreshing_together_never_duplicate_eve
 
     from tickwork.scheduler.api.hub import EventHub
 
-    run_id = await start_run(api, await scripted_agent(api, []), {"script": [{"text": "ok"}]})
+    run_id = await queue_run(api, await scripted_agent(api, []), {"script": [{"text": "ok"}]})
     async with running_worker(pool, db_url):
         await until(db_url, "SELECT status = 'completed' FROM executions WHERE id = %s", (run_id,))
     hub = EventHub(pool, db_url)

@@ -12,8 +12,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tickwork.scheduler.dispatcher import dispatch_due
 from tickwork.scheduler.serialize import parse_utc
+from tests.factories import queue_run
 from tests.integration.test_honest_runs import done, paused_run
-from tests.integration.test_worker_runs import events, start_run
+from tests.integration.test_worker_runs import events
 from tests.integration.webhook_receiver import Receiver
 from tests.integration.workers import WorkerProcess, running_worker, scalar, until
 from tickwork.worker import tracing
@@ -155,7 +156,7 @@ async def test_with_the_endpoint_unset_a_run_makes_no_span_and_no_provider(api, 
     assert tracing.setup({}) is False
     agent = (await api.post("/v1/agents", json={"name": "reader",
                                                 "tools": ["demo.get_record"]})).json()
-    run_id = await start_run(api, agent["id"], SCRIPT)
+    run_id = await queue_run(api, agent["id"], SCRIPT)
     async with running_worker(pool, db_url, per_tool_cap=2):
         await until(db_url, *done(run_id))
     assert (await api.get(f"/v1/runs/{run_id}")).json()["outcome"] == "done"
@@ -164,7 +165,7 @@ async def test_with_the_endpoint_unset_a_run_makes_no_span_and_no_provider(api, 
     exporter = InMemorySpanExporter()
     assert tracing.setup(ENDPOINT, exporter=exporter)
     try:
-        again = await start_run(api, agent["id"], SCRIPT)
+        again = await queue_run(api, agent["id"], SCRIPT)
         async with running_worker(pool, db_url, per_tool_cap=2):
             await until(db_url, *done(again))
         assert len(made) == len(finished_spans(exporter)) == 8
@@ -176,7 +177,7 @@ async def test_a_worker_process_exports_over_otlp_http_and_flushes_its_batch_on_
         api, pool, db_url):
     agent = (await api.post("/v1/agents", json={"name": "reader",
                                                 "tools": ["demo.get_record"]})).json()
-    run_id = await start_run(api, agent["id"], SCRIPT)
+    run_id = await queue_run(api, agent["id"], SCRIPT)
     with Receiver() as receiver:
         base = f"http://127.0.0.1:{receiver.server.server_address[1]}"
         # A batch delay of ten minutes: only the flush on exit can deliver the spans in time.

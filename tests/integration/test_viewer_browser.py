@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from tickwork.scheduler.api.app import create_app
-from tests.factories import scripted_agent
+from tests.factories import queue_run, scripted_agent
 from tests.integration.browser import chromium_page, screenshot, serving
-from tests.integration.test_worker_runs import events, start_run
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import running_worker, scalar, until
 from tickwork.run_tree import build_view, view_lines
 
@@ -102,7 +102,7 @@ def watch_streams(page) -> list[tuple[str, int]]:
 
 async def test_the_browsers_event_source_resumes_after_an_api_restart_with_a_new_ticket(
         api, pool, db_url, settings, tokens):
-    run_id = await start_run(api, await scripted_agent(api, ["demo.get_record"]), SLOW_SCRIPT)
+    run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), SLOW_SCRIPT)
     async with serving(create_app(settings, pool=pool)) as server, chromium_page() as page:
         requests = []
         page.on("request", lambda r: requests.append(r) if "/events" in r.url else None)
@@ -134,7 +134,7 @@ async def test_the_viewer_lists_runs_draws_a_live_run_and_approves_a_paused_one(
     agent_id = await scripted_agent(api, ["demo.get_record", "demo.send_message"])
     live = {"script": [{"sleep": 0.5}, read(1), {"sleep": 0.5}, read(2), {"sleep": 0.5},
                        {"text": HOSTILE}]}
-    run_id = await start_run(api, agent_id, live)
+    run_id = await queue_run(api, agent_id, live)
     async with serving(create_app(settings, pool=pool)) as server, chromium_page() as page:
         await page.goto(server.url + "/")
         await page.fill("#token", tokens["acme"])
@@ -158,7 +158,7 @@ async def test_the_viewer_lists_runs_draws_a_live_run_and_approves_a_paused_one(
             assert await page.locator("#answer *").count() == 0
             await same_tree_as_the_cli(page, api, run_id)
 
-            paused_id = await start_run(api, agent_id, SEND)
+            paused_id = await queue_run(api, agent_id, SEND)
             await until(db_url, "SELECT breadcrumb = 'suspended' FROM executions WHERE id = %s",
                         (paused_id,))
             await page.click("#home")
@@ -190,7 +190,7 @@ async def test_the_viewer_lists_runs_draws_a_live_run_and_approves_a_paused_one(
 async def test_the_viewer_takes_a_new_ticket_when_its_ticket_expired_during_a_drop(
         api, pool, db_url, settings, tokens):
     settings.stream_ticket_ttl_seconds = 1  # long gone when the browser reconnects (~3 s)
-    run_id = await start_run(api, await scripted_agent(api, ["demo.get_record"]), SLOW_SCRIPT)
+    run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), SLOW_SCRIPT)
     async with serving(create_app(settings, pool=pool)) as server, chromium_page() as page:
         streams = watch_streams(page)
         await page.goto(server.url + "/")

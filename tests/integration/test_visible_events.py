@@ -16,8 +16,8 @@ import pytest
 
 from tickwork.scheduler.sweep import sweep_stale
 from tickwork.sql.journal import RunFenced, RunJournal
-from tests.factories import scripted_agent
-from tests.integration.test_worker_runs import events, start_run
+from tests.factories import queue_run, scripted_agent
+from tests.integration.test_worker_runs import events
 from tests.integration.workers import run_deps, scalar, until
 from tickwork.worker.claim import claim_queued_runs
 from tickwork.worker.providers.routing import ProviderSettings, build_router
@@ -74,7 +74,7 @@ def has_event(run_id: str, type: str) -> tuple[str, tuple]:
 
 async def test_step_start_is_readable_while_the_model_is_still_thinking(api, pool, db_url):
     agent_id = await scripted_agent(api, ["demo.get_record"])
-    run_id = await start_run(api, agent_id, {"script": [{"sleep": 30}, {"text": "Thought."}]})
+    run_id = await queue_run(api, agent_id, {"script": [{"sleep": 30}, {"text": "Thought."}]})
     model = Gate()
     async with gated_worker(pool, db_url, model=model):
         await until(db_url, *has_event(run_id, "step_start"), timeout=30)
@@ -96,7 +96,7 @@ async def test_tool_start_is_readable_while_a_slow_tool_is_still_running(api, po
     script = [{"tool_calls": [{"name": "demo.get_record", "arguments": {"id": 1}},
                               {"name": SLOW_TOOL, "arguments": {"label": "slow"}}]},
               {"text": "Both done."}]
-    run_id = await start_run(api, agent_id, {"script": script})
+    run_id = await queue_run(api, agent_id, {"script": script})
     tool = Gate()
     async with gated_worker(pool, db_url, tool=tool):
         await until(db_url, "SELECT count(*) = 2 FROM run_events WHERE execution_id = %s"
@@ -118,7 +118,7 @@ async def test_a_fence_found_by_a_background_flush_stops_the_run_and_the_sweep_v
     agent_id = await scripted_agent(api, ["demo.get_record"])
     script = [{"sleep": 30}, {"tool_calls": [{"name": "demo.get_record", "arguments": {"id": 2}}]},
               {"text": "Too late."}]
-    run_id = await start_run(api, agent_id, {"script": script}, timeout_minutes=1)
+    run_id = await queue_run(api, agent_id, {"script": script}, timeout_minutes=1)
     model = Gate()
     async with gated_worker(pool, db_url, model=model):
         await until(db_url, *has_event(run_id, "step_start"), timeout=30)
@@ -141,7 +141,7 @@ async def test_a_fence_found_by_a_background_flush_stops_the_run_and_the_sweep_v
 
 async def claimed_journal(api, pool, run_input: dict) -> RunJournal:
     """A started run's journal, written by the test itself (no worker)."""
-    run_id = await start_run(api, await scripted_agent(api, ["demo.get_record"]), run_input)
+    run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), run_input)
     [started] = await claim_queued_runs(pool, limit=1, worker_id="test")
     assert str(started.id) == run_id
     return RunJournal(pool, UUID(run_id), started.run_token, next_seq=started.next_seq,

@@ -10,9 +10,8 @@ from uuid import uuid4
 
 import pytest
 
-from tests.factories import create_agent
+from tests.factories import create_agent, queue_run
 from tests.integration.test_honest_runs import done, suspended
-from tests.integration.test_worker_runs import start_run
 from tests.integration.test_webhooks_events import ALL
 from tests.integration.webhook_receiver import Receiver
 from tests.integration.workers import WorkerProcess, running_worker, scalar, until
@@ -39,7 +38,7 @@ async def add_hook(api, url: str, events=ALL) -> dict:
 async def cancelled_run(api) -> str:
     """A run.cancelled event through the API's real cancel of a queued run."""
     agent = await create_agent(api, f"hooked-{uuid4().hex[:8]}", tools=["demo.get_record"])
-    run_id = await start_run(api, agent["id"], {})
+    run_id = await queue_run(api, agent["id"], {})
     assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code in (200, 202)
     return run_id
 
@@ -59,7 +58,7 @@ async def test_a_run_completed_arrives_signed_with_the_webhooks_secret(api, pool
     with Receiver() as receiver:
         hook = await add_hook(api, receiver.url, ["run.completed"])
         agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
-        run_id = await start_run(api, agent_id, {"script": [{"text": "Done."}]})
+        run_id = await queue_run(api, agent_id, {"script": [{"text": "Done."}]})
         async with running_worker(pool, db_url):
             await until(db_url, *done(run_id))
         [attempt] = await deliverer.deliver_once()
@@ -141,7 +140,7 @@ async def test_an_approval_and_a_completed_run_reach_the_receiver_through_a_work
         script = {"script": [{"tool_calls": [{"name": "demo.send_message",
                                               "arguments": {"recipient": "ops", "text": "hi"}}]},
                              {"text": "Sent."}]}
-        run_id = await start_run(api, agent_id, script)
+        run_id = await queue_run(api, agent_id, script)
         worker = WorkerProcess(db_url, TICKWORK_WEBHOOK_ALLOW_PRIVATE_ADDRESSES="1")
         try:
             await until(db_url, *suspended(run_id))
@@ -171,7 +170,7 @@ async def test_a_receiver_that_hangs_does_not_hold_up_runs(api, db_url):
     with Receiver(hold=True) as receiver:
         await add_hook(api, receiver.url, ["run.completed"])
         agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
-        runs = [await start_run(api, agent_id, {"script": [{"text": f"Done {i}."}]})
+        runs = [await queue_run(api, agent_id, {"script": [{"text": f"Done {i}."}]})
                 for i in range(4)]
         worker = WorkerProcess(db_url, concurrency=1, TICKWORK_WEBHOOK_TIMEOUT_SECONDS="120",
                                TICKWORK_WEBHOOK_ALLOW_PRIVATE_ADDRESSES="1")

@@ -8,9 +8,8 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 
 from tickwork.scheduler.sweep import sweep_stale
-from tests.factories import create_agent
+from tests.factories import create_agent, queue_run
 from tests.integration.test_honest_runs import done, paused_run
-from tests.integration.test_worker_runs import start_run
 from tests.integration.workers import running_worker, scalar, until
 from tickwork.worker.claim import claim_queued_runs
 
@@ -36,7 +35,7 @@ async def test_a_finished_run_is_queued_once_for_each_webhook_that_asked_for_it(
     await hook(api, ["run.failed", "approval.required"])
     await hook(api, ALL, token=api.tokens["globex"])  # another tenant hears nothing of acme's
     agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
-    run_id = await start_run(api, agent_id, {"script": [{"text": "Done."}]})
+    run_id = await queue_run(api, agent_id, {"script": [{"text": "Done."}]})
     async with running_worker(pool, db_url):
         await until(db_url, *done(run_id))
 
@@ -67,9 +66,9 @@ async def test_a_pause_is_approval_required_without_the_arguments_and_a_cancel_f
 async def test_a_cancelled_queued_run_and_a_timed_out_run_are_reported(api, pool, db_url):
     await hook(api, ALL)
     agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
-    cancelled = await start_run(api, agent_id, {})
+    cancelled = await queue_run(api, agent_id, {})
     assert (await api.post(f"/v1/runs/{cancelled}/cancel")).status_code in (200, 202)
-    timed_out = await start_run(api, agent_id, {})
+    timed_out = await queue_run(api, agent_id, {})
     [claimed] = await claim_queued_runs(pool, limit=10, worker_id="test")
     assert str(claimed.id) == timed_out
     swept = await sweep_stale(pool, now=datetime.now(timezone.utc) + timedelta(minutes=16),
@@ -84,7 +83,7 @@ async def test_a_cancelled_queued_run_and_a_timed_out_run_are_reported(api, pool
 async def test_a_tenant_without_webhooks_gets_no_delivery_rows(api, pool, db_url):
     await hook(api, ALL, token=api.tokens["globex"])
     agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
-    run_id = await start_run(api, agent_id, {"script": [{"text": "Done."}]})
+    run_id = await queue_run(api, agent_id, {"script": [{"text": "Done."}]})
     async with running_worker(pool, db_url):
         await until(db_url, *done(run_id))
     assert scalar(db_url, "SELECT count(*) FROM webhook_deliveries") == 0
@@ -94,7 +93,7 @@ async def test_a_run_released_at_shutdown_is_not_reported_but_a_rolled_back_end_
         api, pool, db_url):
     await hook(api, ALL)
     agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
-    run_id = await start_run(api, agent_id, {})
+    run_id = await queue_run(api, agent_id, {})
     await claim_queued_runs(pool, limit=10, worker_id="test")
     with psycopg.connect(db_url) as conn:
         conn.execute("UPDATE executions SET status = 'failed', outcome = 'failed' WHERE id = %s",

@@ -14,11 +14,10 @@ import pytest
 from tickwork.scheduler.api.app import create_app, stop_hub
 from tickwork.scheduler.sweep import sweep_stale
 from tickwork.sql.db import open_pool
-from tests.factories import create_agent
+from tests.factories import create_agent, queue_run
 from tests.integration.test_honest_runs import done
 from tests.integration.test_roles import granted  # noqa: F401  (fixture)
 from tests.integration.test_webhooks_events import ALL
-from tests.integration.test_worker_runs import start_run
 from tests.integration.webhook_receiver import Receiver
 from tests.integration.workers import running_worker, scalar, until
 from tickwork.worker.claim import claim_queued_runs
@@ -42,12 +41,12 @@ async def test_every_role_queues_its_events_and_the_worker_role_delivers_them(
                 hook = (await api.post("/v1/webhooks", json={"url": receiver.url,
                                                              "events": ALL})).json()
                 agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
-                completed = await start_run(api, agent_id, {"script": [{"text": "Done."}]})
+                completed = await queue_run(api, agent_id, {"script": [{"text": "Done."}]})
                 async with running_worker(worker_pool, db_url):  # the worker's role ends it
                     await until(db_url, *done(completed))
-                cancelled = await start_run(api, agent_id, {})  # the API's role cancels it
+                cancelled = await queue_run(api, agent_id, {})  # the API's role cancels it
                 assert (await api.post(f"/v1/runs/{cancelled}/cancel")).status_code == 202
-                timed_out = await start_run(api, agent_id, {})  # the scheduler's role sweeps it
+                timed_out = await queue_run(api, agent_id, {})  # the scheduler's role sweeps it
                 await claim_queued_runs(worker_pool, limit=10, worker_id="test")
                 swept = await sweep_stale(scheduler_pool, batch_size=10,
                                           now=datetime.now(timezone.utc) + timedelta(minutes=16))
@@ -72,7 +71,7 @@ async def test_two_deliverers_side_by_side_send_each_delivery_exactly_once(api, 
         await api.post("/v1/webhooks", json={"url": receiver.url, "events": ["run.cancelled"]})
         agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
         for _ in range(30):
-            run_id = await start_run(api, agent_id, {})
+            run_id = await queue_run(api, agent_id, {})
             assert (await api.post(f"/v1/runs/{run_id}/cancel")).status_code == 202
         pools = [await open_pool(db_url, application_name=f"deliverer-{i}") for i in range(2)]
         settings = WebhookSettings(webhook_concurrency=4, webhook_allow_private_addresses=True)
@@ -95,8 +94,8 @@ async def test_the_queueing_doors_called_by_hand_add_only_what_was_due_once(gran
                                                                              db_url):
     await api.post("/v1/webhooks", json={"url": "https://example.com/h", "events": ALL})
     agent_id = (await create_agent(api, "hooked", tools=["demo.get_record"]))["id"]
-    waiting = await start_run(api, agent_id, {})
-    ended = await start_run(api, agent_id, {})
+    waiting = await queue_run(api, agent_id, {})
+    ended = await queue_run(api, agent_id, {})
     assert (await api.post(f"/v1/runs/{ended}/cancel")).status_code == 202
     assert scalar(db_url, "SELECT count(*) FROM webhook_deliveries") == 1
     for role in ("tickwork_worker", "tickwork_api", "tickwork_scheduler"):

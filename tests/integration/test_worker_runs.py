@@ -14,15 +14,8 @@ from tickwork.sql import failpoints
 from tickwork.sql.db import open_pool
 from tickwork.logs import configure_logging
 from tickwork.worker.claim import claim_queued_runs, lease_tasks
-from tests.factories import DEMO_TOOLS, scripted_agent
+from tests.factories import DEMO_TOOLS, queue_run, scripted_agent
 from tests.integration.workers import running_worker, scalar, until
-
-
-async def start_run(api, agent_id: str, run_input: dict, timeout_minutes: int = 5) -> str:
-    response = await api.post(f"/v1/agents/{agent_id}/runs",
-                              json={"input": run_input, "timeout_minutes": timeout_minutes})
-    assert response.status_code == 202, response.text
-    return response.json()["id"]
 
 
 async def events(api, run_id: str) -> list[dict]:
@@ -38,7 +31,7 @@ def finished(run_id: str) -> tuple[str, tuple]:
 
 async def run_to_end(api, pool, db_url, run_input: dict, tools=DEMO_TOOLS, **settings) -> tuple:
     agent_id = await scripted_agent(api, tools)
-    run_id = await start_run(api, agent_id, run_input)
+    run_id = await queue_run(api, agent_id, run_input)
     async with running_worker(pool, db_url, **settings):
         await until(db_url, *finished(run_id))
     run = (await api.get(f"/v1/runs/{run_id}")).json()
@@ -68,7 +61,7 @@ async def test_a_scripted_run_goes_from_queued_to_done_with_every_event_in_order
 
 async def test_ten_workers_racing_for_one_queued_run_start_it_once(api, pool, db_url):
     agent_id = await scripted_agent(api)
-    run_id = await start_run(api, agent_id, {"script": [{"text": "Once."}]})
+    run_id = await queue_run(api, agent_id, {"script": [{"text": "Once."}]})
     pools = [await open_pool(db_url, application_name=f"tickwork-test-{i}", max_size=1)
              for i in range(10)]  # ten sessions, as ten workers would have
     try:
@@ -88,8 +81,8 @@ async def test_a_leftover_leased_run_task_starts_once_and_a_claimed_duplicate_ru
     # Tasks an older worker leased and never claimed (its lease expired): the one start
     # statement takes them; one whose execution that older worker did claim starts nothing.
     agent_id = await scripted_agent(api)
-    leftover = await start_run(api, agent_id, {"script": [{"text": "Left over."}]})
-    claimed_elsewhere = await start_run(api, agent_id, {"script": [{"text": "Elsewhere."}]})
+    leftover = await queue_run(api, agent_id, {"script": [{"text": "Left over."}]})
+    claimed_elsewhere = await queue_run(api, agent_id, {"script": [{"text": "Elsewhere."}]})
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("UPDATE queue_tasks SET lease_expires_at = now() - interval '1 second',"
                      " deliveries = 1")
@@ -111,8 +104,8 @@ async def test_a_leftover_leased_run_task_starts_once_and_a_claimed_duplicate_ru
 async def test_leasing_serves_only_resumes_and_the_one_start_statement_takes_every_run_task(
         api, pool, db_url):
     agent_id = await scripted_agent(api)
-    ready = await start_run(api, agent_id, {"script": [{"text": "Ready."}]})
-    expired = await start_run(api, agent_id, {"script": [{"text": "Expired."}]})
+    ready = await queue_run(api, agent_id, {"script": [{"text": "Ready."}]})
+    expired = await queue_run(api, agent_id, {"script": [{"text": "Expired."}]})
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("UPDATE queue_tasks SET lease_expires_at = now() - interval '1 second'"
                      " WHERE name = %s", (expired,))
@@ -201,7 +194,7 @@ async def test_secrets_are_redacted_before_the_journal_stores_them(api, pool, db
 
 async def test_a_late_worker_cannot_overwrite_the_sweeps_verdict(api, pool, db_url):
     agent_id = await scripted_agent(api)
-    run_id = await start_run(api, agent_id, {"script": [{"text": "Finished late."}]},
+    run_id = await queue_run(api, agent_id, {"script": [{"text": "Finished late."}]},
                              timeout_minutes=1)
     failpoints.arm("run.before_complete_commit", "block:late")
     try:
@@ -230,7 +223,7 @@ async def test_a_run_writes_one_info_line_and_its_start_only_at_debug(api, pool,
         for level in ("info", "debug"):
             monkeypatch.setenv("TICKWORK_LOG_LEVEL", level)
             configure_logging()
-            run_id = await start_run(api, agent_id, {"script": [{"text": "ok"}]})
+            run_id = await queue_run(api, agent_id, {"script": [{"text": "ok"}]})
             async with running_worker(pool, db_url):
                 await until(db_url, *finished(run_id))
             lines[level] = [json.loads(line) for line in capsys.readouterr().out.splitlines()

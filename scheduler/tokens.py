@@ -118,11 +118,6 @@ async def create_token(conn: AsyncConnection, *, tenant: str | None = None, admi
     return token
 
 
-def cached_principal(token: str, cache: TokenCache) -> Principal | None:
-    """The principal of a token the cache holds, else None (look it up with authenticate)."""
-    return cache.get(hash_token(token)) if _TOKEN_FORMAT.match(token) else None
-
-
 async def authenticate(conn: AsyncConnection, token: str,
                        cache: TokenCache | None = None) -> Principal:
     """Resolve a bearer token to its principal, or raise Unauthorized with a reason. Without a

@@ -133,15 +133,13 @@ async def api(pool, settings, tokens):
     from tickwork.scheduler.api.app import create_app
 
     app = create_app(settings, pool=pool)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://tickwork.test",
-                                 headers={"Authorization": f"Bearer {tokens['acme']}"}) as client:
+    transport = httpx.ASGITransport(app=app)  # which runs no lifespan: the fixture does
+    async with app.router.lifespan_context(app), httpx.AsyncClient(
+            transport=transport, base_url="http://tickwork.test",
+            headers={"Authorization": f"Bearer {tokens['acme']}"}) as client:
         client.tokens = tokens
         client.app = app
         yield client
-    from tickwork.scheduler.api.app import stop_hub
-
-    await stop_hub(app)
 
 
 @pytest.fixture
@@ -152,19 +150,18 @@ async def live_api(pool, settings, tokens):
 
     import uvicorn
 
-    from tickwork.scheduler.api.app import create_app, stop_hub
+    from tickwork.scheduler.api.app import create_app
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     app = create_app(settings, pool=pool)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="off", timeout_graceful_shutdown=2))
+                                           lifespan="on", timeout_graceful_shutdown=2))
     server.install_signal_handlers = lambda: None
     task = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.01)
     yield {"url": f"http://127.0.0.1:{port}", "app": app, "tokens": tokens, "server": server}
     server.should_exit = True
-    await task
-    await stop_hub(app)
+    await task  # the app's lifespan stopped its hub

@@ -1,4 +1,5 @@
-"""The FastAPI application: routes, error shapes, the body guard, and the pool's lifetime."""
+"""The FastAPI application: routes, error shapes, the body guard, and what lives as long as the
+app: the pool, the event hub, the token watch and the failed-login brake, made at startup."""
 
 from __future__ import annotations
 
@@ -12,10 +13,24 @@ from tickwork.scheduler.api import (agents_routes, approvals_routes, ops_routes,
                            webhooks_routes)
 from tickwork.scheduler.api.body_guard import BodyGuard
 from tickwork.scheduler.api.errors import install_error_handlers
+from tickwork.scheduler.api.hub import EventHub
+from tickwork.scheduler.api.revocation import RevocationWatch
+from tickwork.scheduler.api.tenant_scope import AllTenantsPool
+from tickwork.scheduler.api.throttle import AuthThrottle, parse_networks
 from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.sql.db import open_pool
 
 MAX_BODY_BYTES = 1024 * 1024
+
+
+def start_hub(app: FastAPI) -> None:
+    """The process's one event hub (one LISTEN connection for every tail), started with the app.
+    It reads across tenants: each tail checked its reader's tenant before subscribing."""
+    pool = AllTenantsPool(app.state.pool)
+    app.state.hub = EventHub(pool, pool.conninfo,
+                             poll_seconds=app.state.settings.tail_poll_seconds)
+    app.state.hub.start()
+    app.state.revocation_watch = RevocationWatch(app.state.pool)
 
 
 async def stop_hub(app: FastAPI) -> None:
@@ -33,6 +48,7 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
     async def lifespan(app: FastAPI):
         owned = pool is None
         app.state.pool = pool or await open_pool(database_url, application_name="tickwork-api")
+        start_hub(app)
         try:
             yield
         finally:
@@ -45,6 +61,10 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
                   description="A Postgres-native job queue and scheduler for AI-agent runs.")
     app.state.settings = settings
+    # The brake needs neither the pool nor a running loop, so it is made with the app.
+    app.state.throttle = AuthThrottle(limit=settings.auth_failure_limit,
+                                      window_seconds=settings.auth_failure_window_seconds)
+    app.state.trusted_proxies = parse_networks(settings.trusted_proxies)
     if pool is not None:
         app.state.pool = pool
     for module in (agents_routes, schedules_routes, runs_routes, approvals_routes, ops_routes,

@@ -10,12 +10,12 @@ from fastapi import Depends, Request
 from psycopg import AsyncConnection
 
 from tickwork.scheduler.settings import SchedulerSettings
-from tickwork.scheduler.api.revocation import RevocationWatch, until_ended
+from tickwork.scheduler.api.hub import EventHub
+from tickwork.scheduler.api.revocation import until_ended
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool, TenantConnection
-from tickwork.scheduler.api.throttle import (AuthThrottle, TooManyFailures, client_address,
-                                    parse_networks)
+from tickwork.scheduler.api.throttle import AuthThrottle, TooManyFailures, client_address
 from tickwork.scheduler.metrics import app_metrics
-from tickwork.scheduler.tokens import TOKEN_CACHE, Principal, authenticate, cached_principal
+from tickwork.scheduler.tokens import TOKEN_CACHE, Principal, authenticate
 from tickwork.sql.errors import Forbidden, Unauthorized
 
 
@@ -47,16 +47,6 @@ def bearer_token(request: Request) -> str:
     return token
 
 
-def throttle_of(request: Request) -> AuthThrottle:
-    state = request.app.state
-    if getattr(state, "throttle", None) is None:
-        settings = settings_of(request)
-        state.throttle = AuthThrottle(limit=settings.auth_failure_limit,
-                                      window_seconds=settings.auth_failure_window_seconds)
-        state.trusted_proxies = parse_networks(settings.trusted_proxies)
-    return state.throttle
-
-
 def client_of(request: Request) -> str:
     """The address failed attempts count against (X-Forwarded-For only from trusted proxies)."""
     peer = request.client.host if request.client else "unknown"
@@ -69,7 +59,7 @@ async def authenticated(request: Request, conn: AsyncConnection) -> Principal:
     a presented token that fails counts against the client's address, and an address over
     the limit gets 429 instead of 401 (a request with no token at all is not a guess). A token
     seen in the last second is not looked up again (scheduler.tokens.TokenCache)."""
-    throttle = throttle_of(request)
+    throttle: AuthThrottle = request.app.state.throttle  # made with the app
     token = bearer_token(request)
     try:
         return await authenticate(conn, token, TOKEN_CACHE)
@@ -114,14 +104,6 @@ async def principal_only(request: Request) -> Principal:
     return tenant_only(await any_principal(request))
 
 
-async def admin_principal(principal: Principal = Depends(principal_only)) -> Principal:
-    """A tenant's admin token (not an operator's)."""
-    if not principal.is_admin:
-        raise Forbidden("this route needs an admin token (`tickwork token create --tenant NAME "
-                        "--admin`)")
-    return principal
-
-
 async def operator_principal(principal: Principal = Depends(any_principal)) -> Principal:
     """Cluster-wide routes (metrics spanning tenants, the global tick): operator tokens only."""
     if not principal.is_operator:
@@ -138,37 +120,18 @@ async def token_manager(principal: Principal = Depends(any_principal)) -> Princi
     return principal
 
 
-def hub_of(request: Request):
-    """The process's one event hub, started on first use (one LISTEN connection per process)."""
-    from tickwork.scheduler.api.hub import EventHub
-
-    state = request.app.state
-    if getattr(state, "hub", None) is None:
-        settings = settings_of(request)
-        state.hub = EventHub(pool_of(request), pool_of(request).conninfo,
-                             poll_seconds=settings.tail_poll_seconds)
-        state.hub.start()
-    return state.hub
+def hub_of(request: Request) -> EventHub:
+    """The process's one event hub, started with the app (scheduler/api/app.py)."""
+    return request.app.state.hub
 
 
-async def counted(app, body, token_id: UUID | None = None):
-    """Count live tails for the metrics while a stream is open; a tail whose token (or the
-    token that minted its ticket) is revoked or expires ends within about a second."""
-    app.state.sse_subscribers = getattr(app.state, "sse_subscribers", 0) + 1
-    try:
-        if token_id is None:
-            async for chunk in body:
-                yield chunk
-            return
-        async with revocation_watch_of(app).watch(token_id) as ended:
-            async for chunk in until_ended(body, ended):
-                yield chunk
-    finally:
-        app.state.sse_subscribers -= 1
-
-
-def revocation_watch_of(app) -> RevocationWatch:
-    """The process's one watcher of the tokens behind open tails."""
-    if getattr(app.state, "revocation_watch", None) is None:
-        app.state.revocation_watch = RevocationWatch(app.state.pool)
-    return app.state.revocation_watch
+async def until_revoked(app, body, token_id: UUID | None = None):
+    """A tail whose token (or the token that minted its ticket) is revoked or expires ends
+    within about a second (the hub counts open tails for the metrics)."""
+    if token_id is None:
+        async for chunk in body:
+            yield chunk
+        return
+    async with app.state.revocation_watch.watch(token_id) as ended:
+        async for chunk in until_ended(body, ended):
+            yield chunk

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import StreamingResponse
 
 from tickwork.scheduler import runs
-from tickwork.scheduler.api.deps import (Session, counted, hub_of, pool_of, principal_only,
-                                         session, settings_of)
+from tickwork.scheduler.api.deps import (Session, hub_of, pool_of, principal_only, session,
+                                         settings_of, until_revoked)
 from tickwork.scheduler.api.tail import MAX_SEQ, resume_point, stream
 from tickwork.scheduler.pagination import check_limit
 from tickwork.scheduler.runs import get_run
@@ -50,9 +50,9 @@ async def events(run_id: UUID, request: Request, after: Annotated[int, Query(ge=
         await runs.check_resumable(conn, principal, run_id, resume)
         if "application/json" in request.headers.get("accept", ""):
             return {"items": await runs.list_run_events(conn, run_id, resume)}
-    body = counted(request.app, stream(hub_of(request), pool_of(request), run_id, resume,
-                                       keepalive=settings_of(request).sse_keepalive_seconds),
-                   token_id=principal.token_id)  # ends when that token is revoked
+    body = until_revoked(request.app, stream(hub_of(request), pool_of(request), run_id, resume,
+                                             keepalive=settings_of(request).sse_keepalive_seconds),
+                         token_id=principal.token_id)
     return StreamingResponse(body, media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 

@@ -34,7 +34,7 @@ class LiveServer:
     async def start(self) -> None:
         # Open SSE streams would hold a graceful shutdown forever: give them 2 s.
         config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="off", timeout_graceful_shutdown=2)
+                                lifespan="on", timeout_graceful_shutdown=2)
         self.server = uvicorn.Server(config)
         self.server.install_signal_handlers = lambda: None
         self.task = asyncio.create_task(self.server.serve())
@@ -55,15 +55,12 @@ class LiveServer:
 
 @asynccontextmanager
 async def serving(app) -> AsyncIterator[LiveServer]:
-    from tickwork.scheduler.api.app import stop_hub
-
     server = LiveServer(app)
     await server.start()
     try:
         yield server
     finally:
-        await server.stop()
-        await stop_hub(app)
+        await server.stop()  # the app's lifespan stops its hub
 
 
 @asynccontextmanager

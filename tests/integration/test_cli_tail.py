@@ -266,7 +266,7 @@ class LiveApi:
         self.app = create_app(self.settings, pool=self.pool)
         # A short graceful timeout: open streams are cut (as a crash or a deploy would).
         self.server = QuietServer(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
-                                                 log_level="critical", lifespan="off",
+                                                 log_level="critical", lifespan="on",
                                                  timeout_graceful_shutdown=0.5))
         self.task = asyncio.create_task(self.server.serve())
         while not self.server.started:

@@ -211,16 +211,13 @@ async def test_metrics_span_every_tenant_so_a_tenant_token_even_an_admin_gets_40
         assert "operator token" in response.json()["message"]
 
 
-async def test_sse_subscribers_count_the_streams_the_hub_holds_open(api, pool, db_url):
+async def test_sse_subscribers_count_the_streams_the_hub_holds_open(api):
     from uuid import UUID
 
-    from tickwork.scheduler.api.hub import EventHub
-
-    app = api._transport.app
-    app.state.hub = EventHub(pool, db_url)  # started lazily by the first stream; not needed here
+    hub = api.app.state.hub  # made and started with the app, before any stream
     assert gauge(await scrape(api), "tickwork_sse_subscribers") == 0
-    async with app.state.hub.subscribe(UUID(int=1), 0), app.state.hub.subscribe(UUID(int=1), 0):
-        async with app.state.hub.subscribe(UUID(int=2), 0):
+    async with hub.subscribe(UUID(int=1), 0), hub.subscribe(UUID(int=1), 0):
+        async with hub.subscribe(UUID(int=2), 0):
             assert gauge(await scrape(api), "tickwork_sse_subscribers") == 3
     assert gauge(await scrape(api), "tickwork_sse_subscribers") == 0
 

@@ -148,7 +148,8 @@ async def test_a_lost_listen_connection_is_replaced_and_nothing_is_skipped(api, 
     run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), LIVE_SCRIPT)
     async with client(live_api) as http:
         tail = asyncio.create_task(read_all(http, run_id))
-        await until(db_url, "SELECT count(*) = 1 FROM pg_stat_activity"
+        # Both apps' hubs listen from startup: the in-process client's and the served one's.
+        await until(db_url, "SELECT count(*) = 2 FROM pg_stat_activity"
                             " WHERE application_name = 'tickwork-api-listen'")
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"

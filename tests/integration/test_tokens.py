@@ -9,6 +9,7 @@ import psycopg
 import pytest
 
 from tickwork.scheduler.tokens import TOKEN_CACHE, create_token
+from tests.factories import create_agent, queue_run
 from tests.integration.api_checks import fingerprint
 
 
@@ -49,8 +50,7 @@ async def with_ticket_only(api, run_id: str, ticket: str):
 
 
 async def queued_run(api) -> str:
-    agent = (await api.post("/v1/agents", json={"name": "tailed"})).json()
-    return (await api.post(f"/v1/agents/{agent['id']}/runs", json={"input": {}})).json()["id"]
+    return await queue_run(api, (await create_agent(api, "tailed"))["id"])
 
 
 async def test_an_admin_lists_its_tenants_tokens_and_the_operator_lists_all(api, tokens):

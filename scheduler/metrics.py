@@ -118,17 +118,3 @@ class AppMetrics:
         """The exposition text for one scrape. Synchronous on purpose: see DatabaseCollector."""
         self.collector.snapshot = snapshot
         return generate_latest(REGISTRY) + generate_latest(self.registry)
-
-
-def app_metrics(state: Any) -> AppMetrics:
-    """The app's metrics, created on first use and kept on ``app.state``."""
-    metrics = getattr(state, "app_metrics", None)
-    if metrics is None:
-        metrics = state.app_metrics = AppMetrics()
-    return metrics
-
-
-def sse_subscribers(state: Any) -> int:
-    """Open event streams of this API process: the hub counts them (0 before it starts)."""
-    hub = getattr(state, "hub", None)
-    return hub.subscribers if hub is not None else 0

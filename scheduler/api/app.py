@@ -17,6 +17,7 @@ from tickwork.scheduler.api.hub import EventHub
 from tickwork.scheduler.api.revocation import RevocationWatch
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool
 from tickwork.scheduler.api.throttle import AuthThrottle, parse_networks
+from tickwork.scheduler.metrics import AppMetrics
 from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.sql.db import open_pool
 
@@ -61,7 +62,8 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
                   description="A Postgres-native job queue and scheduler for AI-agent runs.")
     app.state.settings = settings
-    # The brake needs neither the pool nor a running loop, so it is made with the app.
+    # The brake and the metrics need neither the pool nor a running loop: made with the app.
+    app.state.metrics = AppMetrics()
     app.state.throttle = AuthThrottle(limit=settings.auth_failure_limit,
                                       window_seconds=settings.auth_failure_window_seconds)
     app.state.trusted_proxies = parse_networks(settings.trusted_proxies)

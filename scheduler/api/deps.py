@@ -14,7 +14,6 @@ from tickwork.scheduler.api.hub import EventHub
 from tickwork.scheduler.api.revocation import until_ended
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool, TenantConnection
 from tickwork.scheduler.api.throttle import AuthThrottle, TooManyFailures, client_address
-from tickwork.scheduler.metrics import app_metrics
 from tickwork.scheduler.tokens import TOKEN_CACHE, Principal, authenticate
 from tickwork.sql.errors import Forbidden, Unauthorized
 
@@ -65,7 +64,7 @@ async def authenticated(request: Request, conn: AsyncConnection) -> Principal:
         return await authenticate(conn, token, TOKEN_CACHE)
     except Unauthorized:
         client = client_of(request)
-        metrics = app_metrics(request.app.state)
+        metrics = request.app.state.metrics
         metrics.auth_failures.inc()
         try:
             throttle.check(client)

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from tickwork.scheduler.api.deps import (Session, operator_principal, pool_of, session,
                                 settings_of)
 from tickwork.scheduler.agents import list_tools
-from tickwork.scheduler.metrics import app_metrics, read_snapshot, sse_subscribers
+from tickwork.scheduler.metrics import read_snapshot
 from tickwork.scheduler.tokens import Principal
 from tickwork.scheduler.models import TickIn
 from tickwork.scheduler.serialize import parse_utc
@@ -38,9 +38,10 @@ async def metrics(request: Request, _: Principal = Depends(operator_principal)) 
     """Prometheus text: the tick's timings, and gauges of runs, queue, approvals and journal
     read from the database now (workers have no port; the database knows for all of them)."""
     state = request.app.state
+    hub = getattr(state, "hub", None)  # it counts this process's open streams; None until startup
     async with pool_of(request).connection() as conn:
-        snapshot = await read_snapshot(conn, sse_subscribers=sse_subscribers(state))
-    return Response(app_metrics(state).render(snapshot), media_type=CONTENT_TYPE_LATEST)
+        snapshot = await read_snapshot(conn, sse_subscribers=hub.subscribers if hub else 0)
+    return Response(state.metrics.render(snapshot), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.post("/v1/tick")

@@ -19,7 +19,7 @@ from uuid import UUID
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 
-from tickwork.scheduler.agents import agent_not_found, get_agent
+from tickwork.scheduler.agents import agent_not_found
 from tickwork.scheduler.pagination import decode_cursor, page
 from tickwork.scheduler.schedules import get_schedule
 from tickwork.scheduler.serialize import EVENT_FIELDS, RUN_FIELDS, pick

@@ -1,1 +1,1 @@
-"""The HTTP API (FastAPI): agents, schedules, run now, runs, tick, health, metrics."""
+"""The HTTP API (FastAPI): routes over the scheduler's services, the SSE tail and its hub."""

@@ -84,7 +84,7 @@ async def _start_run(conn: AsyncConnection, principal: Principal, idempotency_ke
     params = {"id": new_id(), "tenant_id": principal.tenant_id, **fields,
               "idempotency_key": idempotency_key,
               "request_hash": body_hash if idempotency_key else None}
-    scoped = getattr(conn, "fetch_one_scoped", None)  # a tenant's (scheduler/api/tenant_scope)
+    scoped = getattr(conn, "fetch_one_scoped", None)  # a tenant's (the API's TenantConnection)
     if scoped is not None:
         row = await scoped(QUERIES["insert_agent_run"], params)
     else:  # a connection that spans tenants: the statement alone

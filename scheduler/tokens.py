@@ -70,7 +70,7 @@ class TokenCache:
                 self._entries.pop(digest, None)
 
 
-# The API process's cache (scheduler/api/deps.py); the CLI authenticates without one. 0.9 s,
+# The API process's cache (its request dependencies); the CLI authenticates without one. 0.9 s,
 # not 1: the contract refuses an ended token within 1 s, and the lookup that filled an entry
 # read the token a little before the entry's clock started.
 TOKEN_CACHE = TokenCache(0.9)

@@ -1,11 +1,11 @@
 """What the webhook enqueue trigger (migrations 0034, 0035) costs the hot path: finishing runs in
-batches, as finish_runs does, with the trigger disabled, enabled for a tenant without webhooks
+batches, as the journal writer's insert_journal_batch does, with the trigger disabled, enabled for a tenant without webhooks
 (the common case), and enabled for a tenant with one webhook (a delivery row per run).
 
     .venv/bin/python bench/webhooks.py [REPEAT]   # ~25 s; TICKWORK_DATABASE_URL or embedded
 
 Each pass inserts fresh running executions and marks them completed in batches of 500 (the
-bare UPDATE: finish_runs also writes events, so its own share of the cost is smaller), best of
+bare UPDATE: insert_journal_batch also writes events, so its own share of the cost is smaller), best of
 REPEAT (5). Last line: one JSON object with microseconds per finished run and the ratios to "off".
 """
 

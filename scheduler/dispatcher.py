@@ -76,7 +76,7 @@ def _due(row: dict[str, Any]) -> DueSchedule:
 
 
 def batch_params(plans: list[FirePlan]) -> dict[str, str]:
-    """Column arrays for record_tick_batch's unnest(), as array literals.
+    """Column arrays for update_claimed_schedules's unnest(), as array literals.
 
     Measured at 10,000 due schedules: dumping typed arrays element by element cost more Python
     time than the statement's unnest; one joined string per column costs a few milliseconds and

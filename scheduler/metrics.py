@@ -22,7 +22,7 @@ from tickwork.sql import QUERIES
 TICK_DURATION = Histogram("tickwork_tick_duration_seconds", "Duration of one whole tick.")
 TICK_FAILURES = Counter("tickwork_tick_failures_total", "Ticks that failed (never retried).")
 
-# name -> help, for the scalar gauges of read_metric_gauges (column name = name minus prefix).
+# name -> help, for the scalar gauges of get_metric_gauges (column name = name minus prefix).
 _SCALAR_GAUGES = {
     "queue_depth": "Queue tasks waiting for a worker (not leased).",
     "queue_oldest_age_seconds": "Seconds since the oldest unleased queue task became available "

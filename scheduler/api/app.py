@@ -16,9 +16,9 @@ from tickwork.scheduler.api.errors import install_error_handlers
 from tickwork.scheduler.api.hub import EventHub
 from tickwork.scheduler.api.revocation import RevocationWatch
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool
-from tickwork.scheduler.api.throttle import AuthThrottle, parse_networks
+from tickwork.scheduler.api.throttle import AuthThrottle
 from tickwork.scheduler.metrics import AppMetrics
-from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.scheduler.settings import SchedulerSettings, parse_networks
 from tickwork.sql.db import open_pool
 
 MAX_BODY_BYTES = 1024 * 1024

@@ -15,11 +15,11 @@ import time
 from collections import deque
 from typing import Iterable
 
-# The proxies setting is parsed where settings are (a typo is refused at startup).
-from tickwork.scheduler.settings import Network, parse_networks
+# The proxies setting is parsed where settings are (scheduler/settings.py: a typo is refused at startup).
+from tickwork.scheduler.settings import Network
 from tickwork.sql.errors import TickworkError
 
-__all__ = ["AuthThrottle", "TooManyFailures", "client_address", "parse_networks"]
+__all__ = ["AuthThrottle", "TooManyFailures", "client_address"]
 
 
 class TooManyFailures(TickworkError):

@@ -8,7 +8,8 @@ import pydantic
 import pytest
 
 from tickwork.scheduler.api.app import create_app
-from tickwork.scheduler.api.throttle import AuthThrottle, TooManyFailures, client_address, parse_networks
+from tickwork.scheduler.api.throttle import AuthThrottle, TooManyFailures, client_address
+from tickwork.scheduler.settings import parse_networks
 from tickwork.scheduler.settings import SchedulerSettings
 
 WRONG = "tw_" + "A" * 43

@@ -66,6 +66,7 @@ from tickwork.sql import QUERIES
 from tickwork.sql.db import connect
 from tickwork.sql.ids import new_id
 from tickwork.sql.migrate import migrate
+from tickwork.sql.notify import Notifier
 from tickwork.worker.tools.publish import publish_catalog
 
 SCRATCH_DB = "tickwork_bench_runs"
@@ -199,12 +200,14 @@ async def enqueue_runs(url: str, tenant_id: UUID, agent_id: UUID, count: int,
 
     async def one_connection(share: int) -> None:
         conn = await connect(url, application_name="tickwork-bench-enqueue")
+        notifier = Notifier(conn)  # as the API wakes workers: after each commit
         try:
             for _ in range(share):
                 await start_agent_run(conn, principal, agent_id, run_input=RUN_INPUT,
                                       timeout_minutes=TIMEOUT_MINUTES, idempotency_key=None,
-                                      body_hash=body_hash)
+                                      body_hash=body_hash, notifier=notifier)
         finally:
+            await notifier.drain()
             await conn.close()
 
     started = time.perf_counter()
@@ -389,15 +392,18 @@ def measure_pickup(url: str, tenant_id: UUID, agent_id: UUID, worker: WorkerProc
 
     async def enqueue_spaced() -> None:
         conn = await connect(url, application_name="tickwork-bench-pickup")
+        notifier = Notifier(conn)
         try:
             for _ in range(args.pickup_runs):
                 before = time.time()
                 run = await start_agent_run(conn, principal, agent_id, run_input=RUN_INPUT,
                                             timeout_minutes=TIMEOUT_MINUTES,
-                                            idempotency_key=None, body_hash=body_hash)
+                                            idempotency_key=None, body_hash=body_hash,
+                                            notifier=notifier)
                 acked[UUID(str(run["id"]))] = (before, time.time())
                 await asyncio.sleep(args.pickup_gap_ms / 1000)
         finally:
+            await notifier.drain()
             await conn.close()
 
     asyncio.run(enqueue_spaced())

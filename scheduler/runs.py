@@ -2,7 +2,8 @@
 cancelled, and the journal a reader of a run may resume from.
 
 Both start through one statement (sql insert_agent_run) and go down the same path as a cron
-fire: an execution row and a queue task named by its id, inserted with NOTIFY. An
+fire: an execution row and a queue task named by its id; workers are woken once it has
+committed, by the process's Notifier (sql/notify.py says why not inside the statement). An
 Idempotency-Key makes a retried request return the execution the first request created; the
 same key with a different body is refused. A paused agent refuses new runs (409); a draft
 agent runs by hand (the tick never fires it).
@@ -17,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
 from tickwork.scheduler.agents import agent_not_found
@@ -28,6 +30,7 @@ from tickwork.sql import QUERIES
 from tickwork.sql.errors import Conflict, InvalidInput, NotFound
 from tickwork.sql.ids import new_id
 from tickwork.sql.journal import events_after
+from tickwork.sql.notify import Notifier
 from tickwork.sql.vocabulary import RunStatus
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "model_calls")
@@ -57,19 +60,20 @@ def request_hash(route: str, body: Any) -> str:
 
 async def start_agent_run(conn: AsyncConnection, principal: Principal, agent_id: UUID, *,
                           run_input: dict, timeout_minutes: int, idempotency_key: str | None,
-                          body_hash: str) -> dict:
+                          body_hash: str, notifier: Notifier) -> dict:
     """A run of an agent (POST /v1/agents/{id}/runs): trigger run, source api."""
-    return await _start_run(conn, principal, idempotency_key, body_hash, {
+    return await _start_run(conn, principal, idempotency_key, body_hash, notifier, {
         "agent_id": agent_id, "schedule_id": None, "trigger_type": "run",
         "trigger_source": "api", "max_attempts": 3, "timeout_minutes": timeout_minutes,
         "input": Jsonb(run_input)})
 
 
 async def run_schedule_now(conn: AsyncConnection, principal: Principal, schedule_id: UUID, *,
-                           idempotency_key: str | None, body_hash: str) -> dict:
+                           idempotency_key: str | None, body_hash: str,
+                           notifier: Notifier) -> dict:
     """An execution now, trigger schedule/manual; the schedule itself is left untouched."""
     schedule = await get_schedule(conn, principal, schedule_id)
-    return await _start_run(conn, principal, idempotency_key, body_hash, {
+    return await _start_run(conn, principal, idempotency_key, body_hash, notifier, {
         "agent_id": schedule.agent_id, "schedule_id": schedule.id,
         "trigger_type": "schedule", "trigger_source": "manual",
         "max_attempts": schedule.max_attempts, "timeout_minutes": schedule.timeout_minutes,
@@ -77,7 +81,7 @@ async def run_schedule_now(conn: AsyncConnection, principal: Principal, schedule
 
 
 async def _start_run(conn: AsyncConnection, principal: Principal, idempotency_key: str | None,
-                     body_hash: str, fields: dict[str, Any]) -> dict:
+                     body_hash: str, notifier: Notifier, fields: dict[str, Any]) -> dict:
     """The one start of a run by hand, one statement (sql insert_agent_run): on a tenant's
     connection it goes in one message with its scope, one implicit transaction, one round
     trip; only a same-key request racing this one reads again."""
@@ -92,6 +96,8 @@ async def _start_run(conn: AsyncConnection, principal: Principal, idempotency_ke
     if row["agent_status"] is None:
         raise agent_not_found(fields["agent_id"])
     if row["created"]:
+        if row["queued"] and conn.info.transaction_status == TransactionStatus.IDLE:
+            notifier.tasks_queued("run")  # committed (inside a caller's transaction: polled)
         return public_run(row)
     if row["created"] is False:  # a replayed request, even if the agent is paused since
         return _same_request(row, idempotency_key, body_hash)

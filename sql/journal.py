@@ -11,8 +11,9 @@ Many runs, one statement: a worker holds thousands of runs in flight, and every 
 wakes tails (NOTIFY) takes Postgres's one notify-queue lock through its WAL flush, so commits
 of one run each queue behind each other. The process's JournalWriter therefore writes the
 pending events of many runs, and the verdicts of the runs that end, in one statement
-(insert_journal_batch), one commit, with one notification per run for its tails. It is a
-group commit: while one batch is in flight the next gathers.
+(insert_journal_batch), one commit, and then wakes those runs' tails through the process's
+Notifier (sql/notify.py: after the commit, never inside it). It is a group commit: while one
+batch is in flight the next gathers.
 
 Visible as it happens: an emitted event does not wait for the run's next explicit flush (a
 turn can be a long model call or a slow tool). The first emit into an idle buffer asks the
@@ -41,6 +42,7 @@ from psycopg_pool import AsyncConnectionPool
 from tickwork.sql import QUERIES, failpoints
 from tickwork.sql.db import reconnecting
 from tickwork.sql.lifecycle import release_run
+from tickwork.sql.notify import Notifier
 from tickwork.sql.vocabulary import EventType, FinalStatus, Outcome, check_event_type
 
 # Emission -> background write. Well inside the 250 ms promise (DESIGN "Visible as it
@@ -132,9 +134,12 @@ class JournalWriter:
     and verdicts of every run into shared statements (see the module's docstring). It needs no
     closing: its task ends whenever nothing is left to write."""
 
-    def __init__(self, pool: AsyncConnectionPool, *, linger_seconds: float = LINGER_SECONDS,
-                 max_runs: int = MAX_RUNS_PER_BATCH, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+    def __init__(self, pool: AsyncConnectionPool, *, notifier: Notifier | None = None,
+                 linger_seconds: float = LINGER_SECONDS, max_runs: int = MAX_RUNS_PER_BATCH,
+                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+        """notifier: the process's (the runs' claims wake tails through it too); None makes one."""
         self._pool, self._linger, self._max = pool, linger_seconds, max_runs
+        self.notifier = notifier or Notifier(pool)
         self._slots = asyncio.Semaphore(max_in_flight)
         # Runs with something to write: now (a flush or a finish waits), or once their
         # linger is over (insertion order is due order, the linger being one constant).
@@ -175,13 +180,14 @@ class JournalWriter:
         await self._landed.wait()
 
     async def close(self) -> None:
-        """Write what is queued now (nothing is dropped), then stop."""
+        """Write what is queued now (nothing is dropped) and send its wake-ups, then stop."""
         for journal in list(self._later):
             self._urgent[journal] = None
         self._later.clear()
         self._kick()
         while self._task is not None and not self._task.done():
             await asyncio.gather(self._task, return_exceptions=True)
+        await self.notifier.drain()
 
     def _kick(self) -> None:
         self._wake.set()
@@ -278,6 +284,7 @@ class JournalWriter:
             return
         except Exception as exc:  # every waiter learns what went wrong
             return self._failed(batch, exc)
+        self.notifier.runs_changed(found)  # committed: wake the tails of the runs it reached
         for item in batch:
             landed = found.get(item.journal.execution_id, _FENCED)
             item.journal._landed(item.count, landed)
@@ -413,6 +420,7 @@ class RunJournal:
                 if await cursor.fetchone() is None:
                     raise RunFenced(f"execution {self.execution_id} is no longer running")
         self._pending = []
+        self._writer.notifier.runs_changed([self.execution_id])  # approval_required, committed
 
     async def release(self, approval_id: str | None = None,
                       saved_state: dict[str, Any] | None = None) -> dict[str, Any]:

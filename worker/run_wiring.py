@@ -30,7 +30,7 @@ class RunDeps:
     catalog: dict[str, ToolSpec]
     settings: WorkerSettings
     worker_id: str
-    journal_writer: JournalWriter | None = None  # shared statements; None: a writer per run
+    journal_writer: JournalWriter  # the process's one writer (its notifier wakes tails too)
 
 
 def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal: RunJournal,

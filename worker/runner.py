@@ -70,6 +70,8 @@ class Worker:
         except psycopg.Error as exc:  # Postgres restarting: the next poll tries again
             log.warning("lease_failed", error=type(exc).__name__)
             return False
+        if runs:  # run_start is committed: their tails learn it at once
+            self.deps.journal_writer.notifier.runs_changed(run.id for run in runs)
         for work in [run_claimed(run, self.deps) for run in runs] + [
                 handle_task(task, self.deps) for task in tasks]:
             self._active.add(asyncio.create_task(self._handle(work)))

@@ -10,9 +10,10 @@ from fastapi import APIRouter, Body, Depends, Header
 from tickwork.scheduler import agents
 from tickwork.scheduler.agents import (create_agent, delete_agent, get_agent, public_agent,
                                          replace_agent)
-from tickwork.scheduler.api.deps import Session, session
+from tickwork.scheduler.api.deps import Session, notifier_of, session
 from tickwork.scheduler.models import AgentIn, RunIn
 from tickwork.scheduler.pagination import check_limit
+from tickwork.sql.notify import Notifier
 from tickwork.scheduler.runs import request_hash, start_agent_run
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
@@ -49,9 +50,11 @@ async def delete(agent_id: UUID, s: Session = Depends(session)) -> None:
 @router.post("/{agent_id}/runs", status_code=202)
 async def run(agent_id: UUID, body: Annotated[RunIn | None, Body()] = None,
               idempotency_key: IdempotencyKey = None,
-              s: Session = Depends(session, scope="function")) -> dict:
+              s: Session = Depends(session, scope="function"),
+              notifier: Notifier = Depends(notifier_of)) -> dict:
     body = body or RunIn()
     body_hash = request_hash(f"agents/{agent_id}/runs", body.model_dump(mode="json"))
     return await start_agent_run(s.conn, s.principal, agent_id, run_input=body.input,
                                  timeout_minutes=body.timeout_minutes,
-                                 idempotency_key=idempotency_key, body_hash=body_hash)
+                                 idempotency_key=idempotency_key, body_hash=body_hash,
+                                 notifier=notifier)

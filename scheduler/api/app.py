@@ -1,5 +1,6 @@
 """The FastAPI application: routes, error shapes, the body guard, and what lives as long as the
-app: the pool, the event hub, the token watch and the failed-login brake, made at startup."""
+app: the pool, the event hub, the token watch, the notifier and the failed-login brake, made at
+startup."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from tickwork.scheduler.api.throttle import AuthThrottle
 from tickwork.scheduler.metrics import AppMetrics
 from tickwork.scheduler.settings import SchedulerSettings, parse_networks
 from tickwork.sql.db import open_pool
+from tickwork.sql.notify import Notifier
 
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -48,12 +50,15 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         owned = pool is None
-        app.state.pool = pool or await open_pool(database_url, application_name="tickwork-api")
+        if owned:
+            app.state.pool = await open_pool(database_url, application_name="tickwork-api")
+            app.state.notifier = Notifier(app.state.pool)
         start_hub(app)
         try:
             yield
         finally:
             await stop_hub(app)
+            await app.state.notifier.drain()
             if owned:
                 await app.state.pool.close()
 
@@ -69,6 +74,7 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
     app.state.trusted_proxies = parse_networks(settings.trusted_proxies)
     if pool is not None:
         app.state.pool = pool
+        app.state.notifier = Notifier(pool)
     for module in (agents_routes, schedules_routes, runs_routes, approvals_routes, ops_routes,
                    tokens_routes, webhooks_routes, stats_routes, viewer):
         app.include_router(module.router)

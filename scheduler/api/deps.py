@@ -16,6 +16,7 @@ from tickwork.scheduler.api.tenant_scope import AllTenantsPool, TenantConnection
 from tickwork.scheduler.api.throttle import AuthThrottle, TooManyFailures, client_address
 from tickwork.scheduler.tokens import TOKEN_CACHE, Principal, authenticate
 from tickwork.sql.errors import Forbidden, Unauthorized
+from tickwork.sql.notify import Notifier
 
 
 @dataclass
@@ -29,6 +30,11 @@ def pool_of(request: Request) -> AllTenantsPool:
     metrics, tokens, the tail): its transactions see every tenant's rows under row-level
     security. A tenant's routes use ``session`` instead."""
     return AllTenantsPool(request.app.state.pool)
+
+
+def notifier_of(request: Request) -> Notifier:
+    """The process's sender of post-commit wake-ups (sql/notify.py), made with the app."""
+    return request.app.state.notifier
 
 
 def settings_of(request: Request) -> SchedulerSettings:

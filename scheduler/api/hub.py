@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from tickwork.sql import QUERIES
 from tickwork.sql.db import connect
 from tickwork.sql.journal import events_after
+from tickwork.sql.notify import parse_run_ids
 from tickwork.scheduler.runs import ended_without_terminal_event
 from tickwork.scheduler.serialize import EVENT_FIELDS, pick
 
@@ -118,9 +119,9 @@ class EventHub:
                     await conn.execute(QUERIES["listen_for_events"])
                     delay = 0.5
                     await self._refresh_all()  # catch up on whatever happened while away
-                    async for note in conn.notifies():
-                        with contextlib.suppress(ValueError):
-                            await self.refresh(UUID(note.payload), notified=True)
+                    async for note in conn.notifies():  # one run id, or several
+                        for run_id in parse_run_ids(note.payload):
+                            await self.refresh(run_id, notified=True)
             except (psycopg.Error, OSError) as exc:
                 log.warning("tail_listener_lost", error=type(exc).__name__, retry_in=delay)
                 await asyncio.sleep(delay)

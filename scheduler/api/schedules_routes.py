@@ -9,9 +9,10 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Depends
 
 from tickwork.scheduler.api.agents_routes import IdempotencyKey
-from tickwork.scheduler.api.deps import Session, session
+from tickwork.scheduler.api.deps import Session, notifier_of, session
 from tickwork.scheduler.models import RunNowIn, ScheduleIn, SchedulePatch
 from tickwork.scheduler.pagination import check_limit
+from tickwork.sql.notify import Notifier
 from tickwork.scheduler.runs import request_hash, run_schedule_now
 from tickwork.scheduler import schedules
 from tickwork.scheduler.schedules import (create_schedule, delete_schedule, get_schedule,
@@ -49,10 +50,12 @@ async def delete(schedule_id: UUID, s: Session = Depends(session)) -> None:
 
 @router.post("/{schedule_id}/run-now", status_code=202)
 async def run_now(schedule_id: UUID, body: Annotated[RunNowIn | None, Body()] = None,
-                  idempotency_key: IdempotencyKey = None, s: Session = Depends(session)) -> dict:
+                  idempotency_key: IdempotencyKey = None, s: Session = Depends(session),
+                  notifier: Notifier = Depends(notifier_of)) -> dict:
     return await run_schedule_now(s.conn, s.principal, schedule_id,
                                   idempotency_key=idempotency_key,
-                                  body_hash=request_hash(f"schedules/{schedule_id}/run-now", None))
+                                  body_hash=request_hash(f"schedules/{schedule_id}/run-now", None),
+                                  notifier=notifier)
 
 
 @router.get("/{schedule_id}/history")

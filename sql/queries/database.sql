@@ -1,4 +1,4 @@
--- Statements with no table of their own: the session's settings and LISTENs, the clock, and
+-- Statements with no table of their own: the session's settings, NOTIFYs and LISTENs, the clock, and
 -- the reads and upkeep that span tables (metrics, retention's one call).
 
 -- name: set_tenant_scope
@@ -21,6 +21,12 @@ SELECT now() AS now;
 -- name: get_current_minute
 -- The current minute by the database clock (or the caller's), where the chart's window ends.
 SELECT date_trunc('minute', coalesce(%(now)s::timestamptz, now())) AS minute;
+
+-- name: notify_channels
+-- Wake-ups after the commits they announce (sql/notify.py), one NOTIFY per (channel, payload),
+-- in a transaction of its own that writes nothing: it holds the notify lock only for itself.
+SELECT count(pg_notify(n.channel, n.payload)) AS sent
+  FROM unnest(%(channels)s::text[], %(payloads)s::text[]) AS n(channel, payload);
 
 -- name: listen_for_tasks
 -- Workers wake on this channel when a run or resume task is queued (NOTIFY at commit).

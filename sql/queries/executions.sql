@@ -3,7 +3,8 @@
 -- and run-now on a schedule, trigger schedule/manual), in one statement that goes down the
 -- same queue path as a cron fire: the tenant's agent, held FOR SHARE until commit
 -- (a pause that commits first is seen, one that comes later waits for this run), the
--- execution and its queue task unless the agent is paused, NOTIFY at commit; and when nothing
+-- execution and its queue task unless the agent is paused (the caller wakes workers once the
+-- statement has committed: sql/notify.py says why not in this transaction); and when nothing
 -- was inserted because the Idempotency-Key was used before, the run that use created (as of
 -- this statement's snapshot). Always one row: agent_status NULL means no such agent of this
 -- tenant; created true means this call queued the run, false means the row is the earlier
@@ -28,8 +29,6 @@ WITH agent AS (
     SELECT id::text, 'run', id FROM inserted
     ON CONFLICT (name) DO NOTHING
     RETURNING execution_id
-), notified AS (
-    SELECT pg_notify('tickwork_tasks', 'run') FROM queued
 ), run AS (
     SELECT true AS created, * FROM inserted
     UNION ALL
@@ -38,7 +37,7 @@ WITH agent AS (
        AND tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s::text
        AND NOT EXISTS (SELECT 1 FROM inserted)
 )
-SELECT agent.status AS agent_status, (SELECT count(*) FROM notified) AS notified, run.*
+SELECT agent.status AS agent_status, (SELECT count(*) FROM queued) AS queued, run.*
   FROM (SELECT) AS one
   LEFT JOIN agent ON true
   LEFT JOIN run ON true;
@@ -83,7 +82,8 @@ SELECT e.id, e.status, e.breadcrumb,
 -- leftovers an older worker leased and never claimed, once their lease expired; SKIP LOCKED),
 -- insert their idempotency claims (a duplicate inserts nothing and runs nothing), start the
 -- claimed executions with a deadline and run token, write run_start as event 1, drop the
--- tasks, and return each started run with its agent. Nothing is leased between picking and
+-- tasks, and return each started run with its agent (the worker wakes their tails once this
+-- has committed: sql/notify.py). Nothing is leased between picking and
 -- claiming, so a worker that dies here either committed (the sweep owns the run from then on)
 -- or did not (the task is still queued).
 WITH ready AS (
@@ -121,12 +121,9 @@ WITH ready AS (
       FROM started
 ), dropped AS (
     DELETE FROM queue_tasks q USING picked p WHERE q.name = p.name
-), tails_woken AS (  -- run_start reaches live tails at once, not with the first append
-    SELECT pg_notify('tickwork_events', id::text) FROM started
 )
 SELECT s.*, NULL::bigint AS last_seq, a.id AS agent_found, a.instructions AS agent_instructions,
-       a.tools AS agent_tools, a.auto_approve AS agent_auto_approve,
-       (SELECT count(*) FROM tails_woken) AS tails_woken
+       a.tools AS agent_tools, a.auto_approve AS agent_auto_approve
   FROM started s
   LEFT JOIN agents a ON a.id = s.agent_id;
 

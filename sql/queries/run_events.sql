@@ -1,14 +1,14 @@
 -- name: insert_journal_batch
 -- Many runs' journal appends, and the verdicts of those that end, in one statement and one
--- commit (sql/journal.py JournalWriter): a commit that notifies holds Postgres's one notify
--- lock through its WAL flush, so one commit per run made thousands of runs queue for it.
+-- commit (sql/journal.py JournalWriter): thousands of runs in flight take a few commits.
 -- Each run is fenced on its own, only while running and only with its token: FOR SHARE for an
 -- append (it conflicts with the sweep's row lock, so an append lands before the sweep judges
 -- the run, whose terminal event then follows it, or finds it no longer running and writes
 -- nothing), FOR UPDATE for a run that ends, whose verdict is recorded with its last events.
--- Tails are woken once per run (the payload is the run id, as every other notifier sends).
--- A row per run that was still ours: finished says its verdict was recorded, and
--- cancel_requested that a person asked it to stop; a run missing from the answer was fenced.
+-- The writer wakes the runs' tails once this has committed (sql/notify.py: a NOTIFY in this
+-- transaction would hold the notify lock through its WAL flush). A row per run that was still
+-- ours: finished says its verdict was recorded, and cancel_requested that a person asked it to
+-- stop; a run missing from the answer was fenced.
 -- ON CONFLICT DO NOTHING makes a retried batch idempotent: a run numbers its own events, so a
 -- conflict can only be its earlier attempt whose commit acknowledgement was lost.
 -- The batch is one jsonb array, one object per run with its events nested: one json.dumps
@@ -48,14 +48,11 @@ WITH runs AS (
       FROM runs r
      WHERE e.id = r.id AND e.id = ANY (ARRAY(SELECT id FROM ending))  -- by primary key
     RETURNING e.id
-), notified AS (
-    SELECT count(pg_notify('tickwork_events', id::text)) AS n FROM fence
 )
-SELECT g.id, false AS finished, g.cancel_requested_at IS NOT NULL AS cancel_requested,
-       (SELECT n FROM notified) AS notified
+SELECT g.id, false AS finished, g.cancel_requested_at IS NOT NULL AS cancel_requested
   FROM going g
 UNION ALL
-SELECT f.id, true, false, (SELECT n FROM notified) FROM finished f;
+SELECT f.id, true, false FROM finished f;
 
 -- name: list_run_events
 -- A run's journal after a sequence number, in order, one page (tails and replays).

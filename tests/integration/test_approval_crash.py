@@ -7,6 +7,7 @@ from datetime import timedelta
 import psycopg
 
 from tickwork.scheduler.runs import start_agent_run
+from tickwork.sql.notify import Notifier
 from tickwork.scheduler.sweep import sweep_stale
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql.db import connect
@@ -27,9 +28,11 @@ async def queue_run_needing_approval(db_url: str) -> str:
                      (["demo.send_message"], agent))
     conn = await connect(db_url, application_name="tickwork-test")
     try:
+        notifier = Notifier(conn)
         run = await start_agent_run(conn, Principal(tenant, True), agent,
                                     run_input={"script": SEND}, timeout_minutes=1,
-                                    idempotency_key=None, body_hash="")
+                                    idempotency_key=None, body_hash="", notifier=notifier)
+        await notifier.drain()
     finally:
         await conn.close()
     return str(run["id"])

@@ -19,6 +19,7 @@ import pytest
 from tickwork.scheduler.sweep import sweep_stale
 from tickwork.sql.ids import new_id
 from tickwork.sql.journal import JournalWriter, RunFenced, RunJournal
+from tickwork.sql.notify import parse_run_ids
 from tickwork.worker.claim import claim_queued_runs
 
 # Runs queued at one commit, as a burst of fires queues them (bench/inflight.py does the same).
@@ -166,24 +167,28 @@ async def test_one_runs_refused_event_fails_only_that_run(pool):
         assert await status_of(pool, journal) == ("completed", "done")
 
 
-async def test_every_run_in_a_batch_wakes_its_tails_once_by_its_own_id(pool, db_url):
+async def test_every_run_in_a_batch_wakes_its_tails_once_after_the_commit(pool, db_url):
     writer = JournalWriter(pool)
     journals = await claimed_journals(pool, 8, writer)
+    await writer.notifier.drain()  # the claims' own wake-ups are not this test's
     async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as listener:
         await listener.execute("LISTEN tickwork_events")
         for journal in journals:
             journal.emit("step_start", {"turn": 1}, parent=1)
             journal.emit("content_delta", {"text": "a"}, parent=2)
+        sent_before = writer.notifier.statements
         await asyncio.gather(*(journal.flush() for journal in journals))
+        await writer.notifier.drain()
         assert writer.statements == 1
+        assert writer.notifier.statements == sent_before + 1  # one NOTIFY statement, after it
         await listener.execute("SELECT 1")  # the notifications arrive before its answer
-        payloads = []
+        woken = []
         async with asyncio.timeout(10):
             async for note in listener.notifies():
-                payloads.append(note.payload)
-                if len(payloads) == len(journals):
+                woken += [str(run_id) for run_id in parse_run_ids(note.payload)]
+                if len(woken) >= len(journals):
                     break
-    assert sorted(payloads) == sorted(str(journal.execution_id) for journal in journals)
+    assert sorted(woken) == sorted(str(journal.execution_id) for journal in journals)
 
 
 @pytest.mark.parametrize("close_first", [True, False])

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from tickwork.scheduler.runs import start_agent_run
+from tickwork.sql.notify import Notifier
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql.db import connect
 from tickwork.sql.ids import new_id
@@ -156,9 +157,11 @@ async def queue_run(db_url: str, script: list) -> str:
         tools = ["demo.list_records", "query_file"]
         conn.execute("UPDATE agents SET tools = %s, auto_approve = %s", (tools, tools))
     async with await connect(db_url, application_name="tickwork-test") as conn:
+        notifier = Notifier(conn)
         run = await start_agent_run(conn, Principal(tenant, True), agent,
                                     run_input={"script": script}, timeout_minutes=5,
-                                    idempotency_key=None, body_hash="")
+                                    idempotency_key=None, body_hash="", notifier=notifier)
+        await notifier.drain()
     return str(run["id"])
 
 

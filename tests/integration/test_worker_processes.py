@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from tickwork.scheduler.runs import start_agent_run
+from tickwork.sql.notify import Notifier
 from tickwork.scheduler.sweep import sweep_stale
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql.db import connect
@@ -36,12 +37,14 @@ async def queue_runs(db_url: str, script: list, count: int = 1, timeout_minutes:
     principal, agent = agent_with_tools(db_url, list(tools),
                                         list(tools if auto_approve is None else auto_approve))
     conn = await connect(db_url, application_name="tickwork-test")
+    notifier = Notifier(conn)
     ids = []
     for _ in range(count):
         run = await start_agent_run(conn, principal, agent, run_input={"script": script},
                                     timeout_minutes=timeout_minutes, idempotency_key=None,
-                                    body_hash="")
+                                    body_hash="", notifier=notifier)
         ids.append(run["id"])
+    await notifier.drain()
     await conn.close()
     return ids
 

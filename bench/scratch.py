@@ -1,6 +1,6 @@
 """What every bench shares: printing as it goes, a scratch database on the server named by
-TICKWORK_DATABASE_URL (else on an embedded Postgres started for the bench, dropped after), and
-CPU accounting from /proc."""
+TICKWORK_DATABASE_URL (else on an embedded Postgres started for the bench, dropped after, with a
+slow disk when TICKWORK_BENCH_FSYNC_DELAY_MS says so), and CPU accounting from /proc."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ from psycopg.conninfo import make_conninfo
 from tickwork.embedded import start_embedded
 
 
+FSYNC_DELAY_VARIABLE = "TICKWORK_BENCH_FSYNC_DELAY_MS"  # a slow disk for the embedded server
+
+
 def say(message: str) -> None:
     print(message, flush=True)
 
@@ -38,7 +41,8 @@ def scratch_database(name: str) -> Iterator[str]:
         return
     root = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     os.chmod(root, 0o755)  # as root the server runs as another user, who must enter the folder
-    server = start_embedded(root)
+    with slow_disk(root):
+        server = start_embedded(root)
     say(f"server: embedded Postgres in {root} on port {server.port}")
     try:
         with _fresh_database(server.url, name) as url:
@@ -46,6 +50,33 @@ def scratch_database(name: str) -> Iterator[str]:
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def slow_disk(root: Path) -> Iterator[None]:
+    """With TICKWORK_BENCH_FSYNC_DELAY_MS set, the embedded server started inside this block
+    waits that long before every fsync/fdatasync (bench/slow_disk.c, built here with the
+    system C compiler and loaded with LD_PRELOAD): a slow-disk hour on demand."""
+    delay_ms = float(os.environ.get(FSYNC_DELAY_VARIABLE) or 0)
+    if delay_ms <= 0:
+        yield
+        return
+    library = root / "slow_disk.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(library),
+                    str(Path(__file__).with_name("slow_disk.c")), "-ldl"], check=True)
+    os.chmod(library, 0o755)
+    saved = {key: os.environ.get(key) for key in ("LD_PRELOAD", "TICKWORK_BENCH_FSYNC_DELAY_US")}
+    os.environ["LD_PRELOAD"] = str(library)
+    os.environ["TICKWORK_BENCH_FSYNC_DELAY_US"] = str(int(delay_ms * 1000))
+    say(f"slow disk: every fsync/fdatasync of the embedded server waits {delay_ms:g} ms first")
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @contextmanager

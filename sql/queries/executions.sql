@@ -83,9 +83,11 @@ SELECT e.id, e.status, e.breadcrumb,
 -- insert their idempotency claims (a duplicate inserts nothing and runs nothing), start the
 -- claimed executions with a deadline and run token, write run_start as event 1, drop the
 -- tasks, and return each started run with its agent (the worker wakes their tails once this
--- has committed: sql/notify.py). Nothing is leased between picking and
--- claiming, so a worker that dies here either committed (the sweep owns the run from then on)
--- or did not (the task is still queued).
+-- has committed: sql/notify.py). Nothing is leased between picking and claiming, so a worker
+-- that dies here either committed (the sweep owns the run from then on) or did not (the task
+-- is still queued). Every table is reached by its key, whatever the backlog: the tasks are
+-- dropped by name (a join to the picked CTE was planned as a scan of every queued task) and
+-- each run's agent is looked up by id; only the columns a run reads come back.
 WITH ready AS (
     SELECT name, execution_id FROM queue_tasks
      WHERE kind = 'run' AND lease_expires_at IS NULL AND available_at <= now()
@@ -112,7 +114,8 @@ WITH ready AS (
            deadline = now() + make_interval(mins => e.timeout_minutes)
       FROM claimed c
      WHERE e.id = c.execution_id AND e.status = 'queued'
-    RETURNING e.*
+    RETURNING e.id, e.tenant_id, e.agent_id, e.schedule_id, e.attempt, e.timeout_minutes,
+              e.input, e.run_token, e.cancel_requested_at, e.trigger_type, e.trigger_source
 ), journaled AS (
     INSERT INTO run_events (execution_id, seq, parent_seq, type, payload)
     SELECT id, 1, NULL, 'run_start',
@@ -120,12 +123,16 @@ WITH ready AS (
                               'trigger_source', trigger_source, 'worker_id', %(worker_id)s::text)
       FROM started
 ), dropped AS (
-    DELETE FROM queue_tasks q USING picked p WHERE q.name = p.name
+    DELETE FROM queue_tasks WHERE name = ANY (ARRAY(SELECT name FROM picked))
 )
-SELECT s.*, NULL::bigint AS last_seq, a.id AS agent_found, a.instructions AS agent_instructions,
+SELECT s.id, s.tenant_id, s.agent_id, s.schedule_id, s.attempt, s.timeout_minutes, s.input,
+       s.run_token, s.cancel_requested_at, NULL::bigint AS last_seq,
+       a.id AS agent_found, a.instructions AS agent_instructions,
        a.tools AS agent_tools, a.auto_approve AS agent_auto_approve
   FROM started s
-  LEFT JOIN agents a ON a.id = s.agent_id;
+  LEFT JOIN LATERAL (SELECT id, instructions, tools, auto_approve FROM agents
+                      WHERE id = s.agent_id
+                      LIMIT 1) a ON true;  -- LIMIT: looked up by id, never hashed from a scan
 
 -- name: claim_resumed_execution
 -- Take a suspended run back to running with a fresh deadline and run token, and drop the

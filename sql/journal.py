@@ -65,7 +65,7 @@ class PendingEvent:
     seq: int
     parent_seq: int | None
     type: EventType
-    payload: dict[str, Any]
+    payload_json: str  # the payload as stored: encoded once, at emit (redacted by the caller's)
 
 
 @dataclass(frozen=True)
@@ -100,21 +100,31 @@ class _Item:
     encoded: str
 
 
-def event_rows(events: list[PendingEvent]) -> list[dict[str, Any]]:
-    """Buffered events as the objects the journal's statement reads with jsonb_to_recordset.
-    The whole batch goes as one JSON text: dumping a typed array per column, element by
-    element, was the largest share of the worker's CPU per run."""
-    return [{"seq": e.seq, "parent_seq": e.parent_seq, "type": e.type, "payload": e.payload}
-            for e in events]
+def plain_json(payload: Any) -> str:
+    """A payload's JSON text as stored, unredacted (RunJournal's default; the worker passes
+    its redacting encoder)."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+def _event_json(event: PendingEvent) -> str:
+    # The payload is already JSON text; the type is a vocabulary word (check_event_type).
+    parent = "null" if event.parent_seq is None else int(event.parent_seq)
+    return (f'{{"seq":{int(event.seq)},"parent_seq":{parent},"type":"{event.type}",'
+            f'"payload":{event.payload_json}}}')
 
 
 def _encode(journal: RunJournal, events: list[PendingEvent], verdict: Verdict | None) -> str:
+    """One run's object of the batch that insert_journal_batch reads with jsonb_to_recordset.
+    The whole batch goes as one JSON text (dumping a typed array per column, element by
+    element, was the largest share of the worker's CPU per run), built from the payloads'
+    texts, so no payload is encoded twice."""
     run: dict[str, Any] = {"id": str(journal.execution_id), "run_token": str(journal.run_token),
-                           "finish": verdict is not None, "events": event_rows(events)}
+                           "finish": verdict is not None}
     if verdict is not None:
         run.update(status=verdict.status, outcome=verdict.outcome, reason=verdict.reason,
                    usage=verdict.usage)
-    return json.dumps(run)
+    head = json.dumps(run, ensure_ascii=False, separators=(",", ":"))
+    return f'{head[:-1]},"events":[{",".join(_event_json(event) for event in events)}]}}'
 
 
 @reconnecting
@@ -302,13 +312,14 @@ class JournalWriter:
 
 class RunJournal:
     def __init__(self, pool: AsyncConnectionPool, execution_id: UUID, run_token: UUID, *,
-                 next_seq: int, redact: Callable[[Any], Any],
+                 next_seq: int, payload_json: Callable[[Any], str] = plain_json,
                  writer: JournalWriter | None = None,
                  linger_seconds: float | None = LINGER_SECONDS) -> None:
-        """writer: the process's JournalWriter; None gives the run a writer of its own.
+        """payload_json: a payload's stored JSON text (the worker's redacts secrets).
+        writer: the process's JournalWriter; None gives the run a writer of its own.
         linger_seconds: None turns the background write off (explicit writes only)."""
         self._pool, self.execution_id, self.run_token = pool, execution_id, run_token
-        self._next_seq, self._redact = next_seq, redact
+        self._next_seq, self._payload_json = next_seq, payload_json
         self._writer = writer or JournalWriter(pool, linger_seconds=linger_seconds or 0.0)
         self._background = linger_seconds is not None
         self._pending: list[PendingEvent] = []
@@ -325,7 +336,7 @@ class RunJournal:
         check_event_type(type)  # a typo fails here, not as a CHECK that drops the batch
         seq = self._next_seq
         self._next_seq += 1
-        self._pending.append(PendingEvent(seq, parent, type, self._redact(payload)))
+        self._pending.append(PendingEvent(seq, parent, type, self._payload_json(payload)))
         if self._background and not self._fenced and not self._exclusive:
             with contextlib.suppress(RuntimeError):  # no event loop (a pure unit test)
                 self._writer.soon(self)

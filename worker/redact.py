@@ -23,6 +23,7 @@ not secrets, and redacting them would wreck the run's trace. A secret becomes
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -210,6 +211,30 @@ def _all_strings(value: Any, kind: str) -> Any:
 
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def journal_json(value: Any) -> str:
+    """A journal payload as the JSON text that is stored: what for_journal gives, encoded.
+
+    Most payloads hold nothing to redact (a turn number, a verdict, prose), so they are
+    encoded first and the text is tested once: no rule's literal in it, no word a secret key
+    ends with in it (lowercased, without _ - . and spaces, as keys are compared), no NUL and no
+    lone surrogate. Every string and key of the payload appears in that text as it is (the
+    literals and words hold no character JSON escapes, and nothing is escaped to ASCII), so a
+    text that passes holds nothing for_journal would change, and the payload is not copied.
+    Anything else goes the whole way."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if _plain(text):
+        return text
+    return json.dumps(for_journal(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def _plain(text: str) -> bool:
+    if might_hold_secret(text) or "\\u0000" in text or _SURROGATE.search(text):
+        return False
+    keys = text.lower().translate(_KEY_NOISE)
+    return not any(word in keys for word in _SECRET_KEY_SUFFIXES)
 
 
 def for_journal(value: Any) -> Any:

@@ -22,7 +22,7 @@ from tickwork.worker import tracing
 from tickwork.worker.agent_loop import ROOT_SEQ, RunOutcome, Suspension, run_agent, run_pending
 from tickwork.worker.approval_pause import apply_decision, state_at_rest, suspend
 from tickwork.worker.claim import ClaimedRun, LeasedTask, claim_resume
-from tickwork.worker.redact import for_journal, redact
+from tickwork.worker.redact import journal_json, redact
 from tickwork.worker.run_queries import fail_if_timed_out, remove_agent_schedules
 from tickwork.worker.run_wiring import RunDeps, build_loop
 from tickwork.worker.state import RunState
@@ -50,7 +50,7 @@ async def handle_task(task: LeasedTask, deps: RunDeps) -> dict[str, Any]:
 
 async def _run(run: ClaimedRun, deps: RunDeps) -> dict[str, Any]:
     journal = RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
-                         redact=for_journal, writer=deps.journal_writer)
+                         payload_json=journal_json, writer=deps.journal_writer)
     journal.cancel_requested = run.cancel_requested
     bound = log.bind(execution_id=str(run.id), agent_id=str(run.agent_id),
                      schedule_id=str(run.schedule_id), attempt=run.attempt)

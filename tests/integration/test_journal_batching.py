@@ -44,8 +44,8 @@ async def claimed_journals(pool, runs: int, writer: JournalWriter) -> list[RunJo
         await conn.execute(ENQUEUE, {"tenant_id": tenant_id, "agent_id": agent_id, "runs": runs})
     claimed = await claim_queued_runs(pool, limit=runs, worker_id="test")
     assert len(claimed) == runs
-    return [RunJournal(pool, run.id, run.run_token, next_seq=run.next_seq,
-                       redact=lambda payload: payload, writer=writer) for run in claimed]
+    return [RunJournal(pool, run.id, run.run_token, next_seq=run.next_seq, writer=writer)
+            for run in claimed]
 
 
 async def journal_of(pool, journal: RunJournal) -> list[tuple[int, str, dict]]:

@@ -35,8 +35,7 @@ async def start_by_hand(api, pool, writer: JournalWriter | None = None) -> tuple
     run_id = await queue_run(api, agent["id"])
     [run] = await claim_queued_runs(pool, limit=10, worker_id="test")
     assert str(run.id) == run_id
-    return run_id, RunJournal(pool, run.id, run.run_token, next_seq=run.next_seq,
-                              redact=lambda value: value, writer=writer)
+    return run_id, RunJournal(pool, run.id, run.run_token, next_seq=run.next_seq, writer=writer)
 
 
 def terminal(journal: RunJournal, usage: dict) -> None:
@@ -104,8 +103,7 @@ async def test_a_suspension_stores_usage_so_far_and_the_resumed_finish_the_whole
     assert (await api.post(f"/v1/approvals/{approval_id}/approve")).status_code == 200
     claim = await claim_resume(pool, execution_id=UUID(run_id), task_name=approval_id)
     assert claim is not None and claim.resume.status == "approved"
-    resumed = RunJournal(pool, UUID(run_id), claim.run_token, next_seq=claim.next_seq,
-                         redact=lambda value: value)
+    resumed = RunJournal(pool, UUID(run_id), claim.run_token, next_seq=claim.next_seq)
     total = {"input_tokens": 1100, "output_tokens": 90, "model_calls": 2}
     terminal(resumed, total)
     await resumed.finish(status="completed", outcome="done", usage=total)

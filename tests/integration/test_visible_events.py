@@ -144,8 +144,7 @@ async def claimed_journal(api, pool, run_input: dict) -> RunJournal:
     run_id = await queue_run(api, await scripted_agent(api, ["demo.get_record"]), run_input)
     [started] = await claim_queued_runs(pool, limit=1, worker_id="test")
     assert str(started.id) == run_id
-    return RunJournal(pool, UUID(run_id), started.run_token, next_seq=started.next_seq,
-                      redact=lambda p: p)
+    return RunJournal(pool, UUID(run_id), started.run_token, next_seq=started.next_seq)
 
 
 async def test_events_emitted_between_flushes_land_once_each_in_seq_order(api, pool, db_url):

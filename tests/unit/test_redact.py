@@ -2,6 +2,7 @@
 
 import base64
 import hashlib
+import json
 import uuid
 from datetime import datetime, timezone
 
@@ -243,3 +244,39 @@ def test_the_prefilter_lets_every_positive_through_and_skips_plain_text():
     assert all(might_hold_secret(text) for _, text, _ in POSITIVE)
     assert not might_hold_secret("Record 7 is a ticket opened on day 8; priority 4.")
     assert not might_hold_secret(hashlib.sha256(b"x").hexdigest())
+
+
+# journal_json: the stored text of a payload, with its fast path for payloads with nothing to
+# redact. It must always say exactly what for_journal says.
+SECRET_KEYS = ["password", "PASSWORD", "db_password", "DbPassword", "client_secret", "apiKey",
+               "x-api-key", "api.key", "p.w.d", "refreshToken", "Set-Cookie", "credentials",
+               "aws_secret_access_key", "TO\u212aEN"]  # a Kelvin sign lowercases to k
+
+
+def journal_cases() -> list:
+    cases: list = [text for _, text, _ in POSITIVE] + NEGATIVE
+    cases += [{key: "plain words", "other": "plain words"} for key in SECRET_KEYS]
+    cases += [{"turn": 1}, {"verdict": "done", "reason": "ok", "units_left": 20},
+              {"input_tokens": 5, "output_tokens": 7}, {"text": "a\x00b"},
+              {"text": "a\ud800b"}, {"k\x00": ["ok"]}, {"nested": [{"api_key": "y"}, None, 2.5]},
+              {"text": "path\\u0000 is only text"}, {"text": "caf\u00e9 \u2028 \U0001F600"},
+              [{"id": i, "title": f"Record {i}"} for i in range(20)]]
+    return cases
+
+
+@pytest.mark.parametrize("payload", journal_cases())
+def test_a_journal_payloads_text_is_always_what_for_journal_stores(payload):
+    from tickwork.worker.redact import for_journal, journal_json
+
+    assert json.loads(journal_json(payload)) == for_journal(payload)
+
+
+def test_a_payload_with_nothing_to_redact_is_encoded_once_and_not_copied(monkeypatch):
+    from tickwork.worker import redact as module
+
+    walked = []
+    monkeypatch.setattr(module, "for_journal", lambda value: walked.append(value) or value)
+    module.journal_json({"turn": 1, "text": "Two records read."})
+    assert walked == []
+    module.journal_json({"password": "x"})
+    assert walked == [{"password": "x"}]

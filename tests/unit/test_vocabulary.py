@@ -289,8 +289,7 @@ def test_the_viewer_knows_exactly_the_vocabulary_s_event_types():
 
 
 def test_an_unknown_event_type_fails_at_emit_and_buffers_nothing():
-    journal = RunJournal(None, uuid4(), uuid4(), next_seq=2, redact=lambda p: p,
-                         linger_seconds=None)
+    journal = RunJournal(None, uuid4(), uuid4(), next_seq=2, linger_seconds=None)
     with pytest.raises(UnknownWord, match=r"unknown journal event type 'tool_strat'.*tool_start"):
         journal.emit("tool_strat", {"tool": "demo.get_record"})
     assert journal._pending == [] and journal.emit("tool_start", {"tool": "x"}) == 2

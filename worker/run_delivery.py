@@ -13,7 +13,7 @@ after an approval goes back to its pause with the decision kept and its resume q
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Callable
 
 import structlog
 
@@ -33,22 +33,29 @@ log = structlog.get_logger()
 DEADLINE_MARGIN_SECONDS = 0.5
 
 
-async def run_claimed(run: ClaimedRun, deps: RunDeps) -> dict[str, Any]:
-    """A run already claimed and started by claim_queued_runs (the hot path)."""
-    return await _run(run, deps)
+def _no_slot() -> None:
+    return None
 
 
-async def handle_task(task: LeasedTask, deps: RunDeps) -> dict[str, Any]:
+async def run_claimed(run: ClaimedRun, deps: RunDeps,
+                      free_slot: Callable[[], None] = _no_slot) -> dict[str, Any]:
+    """A run already claimed and started by claim_queued_runs (the hot path). free_slot is
+    called once the agent's work is over and only its verdict is left to write."""
+    return await _run(run, deps, free_slot)
+
+
+async def handle_task(task: LeasedTask, deps: RunDeps,
+                      free_slot: Callable[[], None] = _no_slot) -> dict[str, Any]:
     """A leased resume task (the only kind leased): the suspended run back to running, once."""
     run = await claim_resume(deps.pool, execution_id=task.execution_id, task_name=task.name)
     if run is None:
         skipped = {"skipped": "duplicate resume"}
         log.info("delivery_skipped", execution_id=str(task.execution_id), **skipped)
         return skipped
-    return await _run(run, deps)
+    return await _run(run, deps, free_slot)
 
 
-async def _run(run: ClaimedRun, deps: RunDeps) -> dict[str, Any]:
+async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) -> dict[str, Any]:
     journal = RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
                          payload_json=journal_json, writer=deps.journal_writer)
     journal.cancel_requested = run.cancel_requested
@@ -66,7 +73,7 @@ async def _run(run: ClaimedRun, deps: RunDeps) -> dict[str, Any]:
                      agent_id=run.agent_id, schedule_id=run.schedule_id,
                      tenant_id=run.tenant_id, attempt=run.attempt) as span:
         try:
-            result = await _guarded(run, journal, deps, bound)
+            result = await _guarded(run, journal, deps, bound, free_slot)
         except RunFenced:
             bound.warning("run_fenced")  # the sweep judged it first; its verdict stands
             result = {"fenced": True}
@@ -74,13 +81,14 @@ async def _run(run: ClaimedRun, deps: RunDeps) -> dict[str, Any]:
         return result
 
 
-async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
-                   bound) -> dict[str, Any]:
+async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, bound,
+                   free_slot: Callable[[], None]) -> dict[str, Any]:
     seconds = run.timeout_minutes * 60 + DEADLINE_MARGIN_SECONDS
     held: dict[str, RunState] = {}  # the run's state once built, for its usage at the end
     try:
-        result = await asyncio.wait_for(_drive(run, journal, deps, held), seconds)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(seconds):  # in this task: no task of its own per run
+            result = await _drive(run, journal, deps, held)
+    except TimeoutError:
         return await _timed_out(run, journal, deps, bound)
     except asyncio.CancelledError:  # the worker's grace period is over
         await _release(run, journal, deps, bound)
@@ -93,6 +101,7 @@ async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
         bound.info("run_suspended", tool=result.needs.spec.key)
         return {"status": "completed", "breadcrumb": "suspended"}
     usage = held["state"].usage() if "state" in held else None
+    free_slot()  # the agent is done: another run may start while this verdict is written
     return await _finish(journal, result, bound, usage)
 
 

@@ -38,27 +38,34 @@ class Worker:
     def __init__(self, deps: RunDeps, database_url: str) -> None:
         self.deps, self._url = deps, database_url
         self._wake = asyncio.Event()
-        self._active: set[asyncio.Task] = set()
+        self._active: set[asyncio.Task] = set()  # every delivery, until its last write lands
+        self._holding = 0  # deliveries holding a slot: their agent is still at work
+        self._writing = 0  # deliveries that gave their slot back and write their verdict
 
     async def run(self, stop: asyncio.Event) -> None:
         listener = asyncio.create_task(listen_forever(
             self._url, QUERIES["listen_for_tasks"], application_name="tickwork-worker-listen",
             wake=self._wake, stop=stop, lost_event="listener_lost"))
+        stopping = asyncio.create_task(self._wake_on_stop(stop))
         log.info("worker_started", worker_id=self.deps.worker_id,
                  concurrency=self.deps.settings.concurrency)
         try:
             while not stop.is_set():
+                # Cleared before looking, so a wake-up that comes while a claim is in flight
+                # (a slot freed, a task announced) is not lost: the next wait returns at once.
+                self._wake.clear()
                 if not await self._fill_slots():
-                    await self._idle(stop)
+                    await self._idle()
         finally:
             listener.cancel()
+            stopping.cancel()
             await self._drain()
             log.info("worker_stopped", worker_id=self.deps.worker_id)
 
     async def _fill_slots(self) -> bool:
         """Take work for free slots: fresh runs claimed in one statement first, then leased
         tasks (resumes, and tasks whose lease expired). True when every free slot got one."""
-        free = self.deps.settings.concurrency - len(self._active)
+        free = self.deps.settings.concurrency - self._holding
         if free <= 0:
             return False
         try:
@@ -72,12 +79,14 @@ class Worker:
             return False
         if runs:  # run_start is committed: their tails learn it at once
             self.deps.journal_writer.notifier.runs_changed(run.id for run in runs)
-        for work in [run_claimed(run, self.deps) for run in runs] + [
-                handle_task(task, self.deps) for task in tasks]:
-            self._active.add(asyncio.create_task(self._handle(work)))
+        for deliver, work in [(run_claimed, run) for run in runs] + [
+                (handle_task, task) for task in tasks]:
+            slot = _Slot(self)
+            self._active.add(asyncio.create_task(self._handle(deliver(work, self.deps,
+                                                                      slot.free), slot)))
         return len(runs) + len(tasks) == free
 
-    async def _handle(self, work) -> None:
+    async def _handle(self, work, slot: "_Slot") -> None:
         try:
             await work
         except asyncio.CancelledError:
@@ -86,15 +95,17 @@ class Worker:
             log.error("task_failed", error=f"{type(exc).__name__}: {exc}")
         finally:
             self._active.discard(asyncio.current_task())
-            self._wake.set()  # a slot is free
+            slot.done()
 
-    async def _idle(self, stop: asyncio.Event) -> None:
-        self._wake.clear()
-        waiters = [asyncio.create_task(stop.wait()), asyncio.create_task(self._wake.wait())]
-        await asyncio.wait(waiters, timeout=self.deps.settings.poll_interval_seconds,
-                           return_when=asyncio.FIRST_COMPLETED)
-        for waiter in waiters:
-            waiter.cancel()
+    async def _idle(self) -> None:
+        """Until a slot frees, a task is announced, the worker is stopped, or a poll is due."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.deps.settings.poll_interval_seconds):
+                await self._wake.wait()
+
+    async def _wake_on_stop(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self._wake.set()
 
     async def _drain(self) -> None:
         """Stop claiming; let running agents finish within the grace period, then interrupt
@@ -114,3 +125,32 @@ class Worker:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*pending, return_exceptions=True)
+
+
+class _Slot:
+    """One delivery's hold on a slot. A run gives its slot back as soon as its agent is done
+    (free), so the next run starts while the verdict is written in the journal's next batch;
+    it keeps the slot to the end instead while as many runs as there are slots are already
+    writing (memory stays bounded when the database is slow). done: the delivery is over."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker, self._held, self._writing = worker, True, False
+        worker._holding += 1
+
+    def free(self) -> None:
+        worker = self._worker
+        if self._held and worker._writing < worker.deps.settings.concurrency:
+            self._held, self._writing = False, True
+            worker._holding -= 1
+            worker._writing += 1
+            worker._wake.set()
+
+    def done(self) -> None:
+        worker = self._worker
+        if self._writing:
+            self._writing = False
+            worker._writing -= 1
+        if self._held:
+            self._held = False
+            worker._holding -= 1
+        worker._wake.set()

@@ -1,0 +1,62 @@
+"""A worker's slots: a run gives its slot back once its agent is done, so the next run starts
+while the verdict is written; no more runs write their verdicts that way at once than there
+are slots, so memory stays bounded when the database is slow to take them."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.factories import queue_run, scripted_agent
+from tests.integration.workers import running_worker, scalar, until
+from tickwork.sql import failpoints
+
+ONE_TURN = {"script": [{"text": "ok"}]}
+
+
+async def test_the_next_run_starts_while_the_last_runs_verdict_is_still_being_written(
+        api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    first = await queue_run(api, agent, ONE_TURN)
+    failpoints.arm("run.before_complete_commit", "block:verdict")
+    try:
+        async with running_worker(pool, db_url, concurrency=1):
+            await asyncio.wait_for(failpoints.wait_reached("verdict"), 60)
+            second = await queue_run(api, agent, ONE_TURN)
+            # One slot, and the first run is still writing its verdict: the second starts.
+            await until(db_url, "SELECT status = 'running' FROM executions WHERE id = %s",
+                        (second,))
+            assert scalar(db_url, "SELECT status FROM executions WHERE id = %s",
+                          (first,)) == "running"
+            failpoints.release("verdict")
+            await until(db_url, "SELECT count(*) = 2 FROM executions WHERE status = 'completed'")
+    finally:
+        failpoints.disarm_all()
+
+
+async def test_no_more_runs_write_their_verdicts_after_giving_back_their_slots_than_there_are_slots(
+        api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    runs = [await queue_run(api, agent, ONE_TURN) for _ in range(10)]
+    failpoints.arm("run.before_complete_commit", "block:verdict")
+    try:
+        async with running_worker(pool, db_url, concurrency=2) as worker:
+            # Two runs gave their slots back and wait at their verdict; two more took the
+            # slots and wait there too, holding them: four started, the other six wait.
+            await until(db_url, "SELECT count(*) = 4 FROM executions WHERE status = 'running'")
+            await holding(worker, 2)  # the claim's answer reached the worker: both slots held,
+            # so no other run can start from here
+            assert (worker._holding, worker._writing) == (2, 2)
+            assert scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'queued'") == 6
+            failpoints.release("verdict")
+            await until(db_url, "SELECT count(*) = 10 FROM executions WHERE status = 'completed'")
+        assert (worker._holding, worker._writing) == (0, 0)
+    finally:
+        failpoints.disarm_all()
+    assert scalar(db_url, "SELECT count(*) FROM execution_claims") == len(runs)
+
+
+async def holding(worker, slots: int) -> None:
+    """Until the worker counts this many slots held (its claim's answer has been read)."""
+    async with asyncio.timeout(30):
+        while worker._holding < slots:
+            await asyncio.sleep(0.01)

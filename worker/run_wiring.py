@@ -3,7 +3,8 @@ from it (its toolbox, walls, call policy and stop-gate settings)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -17,10 +18,13 @@ from tickwork.worker.run_queries import store_result, stored_result
 from tickwork.worker.settings import WorkerSettings
 from tickwork.worker.state import RunState
 from tickwork.worker.stop_gate import GateSettings
-from tickwork.worker.toolbox import ToolBox
+from tickwork.worker.toolbox import ToolBox, ToolSet
 from tickwork.worker.tools.registry import ToolSpec
 from tickwork.worker.tools.sandbox import QueryLimits
 from tickwork.worker.walls import WallSettings
+
+# Tool lists a worker keeps worked out at once (agents' lists come and go; a miss costs time)
+MAX_TOOLSETS = 1024
 
 
 @dataclass
@@ -31,28 +35,50 @@ class RunDeps:
     settings: WorkerSettings
     worker_id: str
     journal_writer: JournalWriter  # the process's one writer (its notifier wakes tails too)
+    _toolsets: dict[tuple[str, ...], ToolSet] = field(default_factory=dict, repr=False)
+
+    def toolset(self, tools: list[str]) -> ToolSet:
+        """The tools of an agent listing these keys, worked out once per list of keys."""
+        key = tuple(tools)
+        found = self._toolsets.get(key)
+        if found is None:
+            if len(self._toolsets) >= MAX_TOOLSETS:  # agents' lists come and go: stay bounded
+                self._toolsets.clear()
+            found = self._toolsets[key] = ToolSet.of(self.catalog, tools)
+        return found
+
+    @cached_property
+    def walls(self) -> WallSettings:
+        s = self.settings
+        return WallSettings(per_tool=s.per_tool_cap, aggregate=s.aggregate_cap,
+                            delivery=s.delivery_reserve, query_loop=s.query_loop_cap,
+                            hard_cap=s.hard_cap)
+
+    @cached_property
+    def gate(self) -> GateSettings:
+        return GateSettings(continuation_units=self.settings.continuation_units,
+                            judge_window=self.settings.judge_window)
+
+    @cached_property
+    def query_limits(self) -> QueryLimits:
+        return QueryLimits(time_limit_s=self.settings.query_file_time_limit_seconds,
+                           memory_mb=self.settings.query_file_memory_mb)
 
 
 def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal: RunJournal,
                deps: RunDeps) -> Loop:
     s, pool, execution_id = deps.settings, deps.pool, run.id
-    toolbox = ToolBox(deps.catalog, agent.tools, pool=pool, execution_id=execution_id,
+    toolbox = ToolBox(deps.toolset(agent.tools), pool=pool, execution_id=execution_id,
                       plan=state.plan, offload_threshold=s.offload_threshold_chars,
                       preview_chars=s.offload_preview_chars, redact=redact,
-                      tool_timeout=s.tool_timeout_seconds,
-                      query_limits=QueryLimits(time_limit_s=s.query_file_time_limit_seconds,
-                                               memory_mb=s.query_file_memory_mb))
-    walls = WallSettings(per_tool=s.per_tool_cap, aggregate=s.aggregate_cap,
-                         delivery=s.delivery_reserve, query_loop=s.query_loop_cap,
-                         hard_cap=s.hard_cap)
-    policy = CallPolicy(walls=walls, auto_approve=frozenset(agent.auto_approve),
+                      tool_timeout=s.tool_timeout_seconds, query_limits=deps.query_limits)
+    policy = CallPolicy(walls=deps.walls, auto_approve=frozenset(agent.auto_approve),
                         stored_result=lambda call_id: stored_result(pool, execution_id, call_id),
                         store_result=lambda call_id, text, ok: store_result(
                             pool, execution_id, call_id, text, ok))
     return Loop(run_input=run.input, provider=deps.provider, toolbox=toolbox,
                 journal=journal, policy=policy,
-                gate=GateSettings(continuation_units=s.continuation_units,
-                                  judge_window=s.judge_window),
+                gate=deps.gate,
                 max_turns=s.max_model_turns,
                 cancel_requested=lambda: _cancel_requested(journal),
                 token_budget=s.token_budget, keep_turns=s.context_keep_turns)

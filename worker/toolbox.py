@@ -54,22 +54,40 @@ def refusal(tool: str, why: str, instead: str) -> str:
                        "what_to_do": instead})
 
 
+@dataclass(frozen=True)
+class ToolSet:
+    """The tools of agents that list the same keys: the listed ones the catalog has, and
+    every local tool, by canonical name, with their schemas for the model. Worked out once
+    per list of keys (RunDeps.toolset), not once per run."""
+
+    specs: dict[str, ToolSpec]
+    schemas: list[ToolSchema]
+
+    @classmethod
+    def of(cls, catalog: dict[str, ToolSpec], agent_tools: list[str]) -> ToolSet:
+        listed = {canonical_name(k): catalog[k] for k in agent_tools if k in catalog}
+        local = {canonical_name(k): s for k, s in catalog.items() if s.is_local}
+        specs = {**listed, **{k: s for k, s in local.items() if k not in listed}}
+        return cls(specs, [ToolSchema(s.key, s.description, s.parameters)
+                           for s in specs.values()])
+
+
 class ToolBox:
-    def __init__(self, catalog: dict[str, ToolSpec], agent_tools: list[str], *,
+    def __init__(self, tools: ToolSet, *,
                  pool: AsyncConnectionPool, execution_id: UUID, plan: dict[str, Any],
                  offload_threshold: int, preview_chars: int,
                  redact: Callable[[Any], Any], tool_timeout: float = 60.0,
                  query_limits: QueryLimits | None = None) -> None:
-        listed = {canonical_name(k): catalog[k] for k in agent_tools if k in catalog}
-        local = {canonical_name(k): s for k, s in catalog.items() if s.is_local}
-        self._specs = {**listed, **{k: s for k, s in local.items() if k not in listed}}
+        self._tools = tools
+        self._specs = tools.specs
         self._timeout = tool_timeout
         self._query_limits = query_limits or QueryLimits()
         self._pool, self._execution_id, self._plan = pool, execution_id, plan
         self._threshold, self._preview, self._redact = offload_threshold, preview_chars, redact
 
     def schemas(self) -> list[ToolSchema]:
-        return [ToolSchema(s.key, s.description, s.parameters) for s in self._specs.values()]
+        """The tools' schemas for the model (shared by every run of the same tools: read only)."""
+        return self._tools.schemas
 
     def spec(self, name: str) -> ToolSpec | None:
         return self._specs.get(canonical_name(name))

@@ -5,7 +5,7 @@ import json
 from uuid import uuid4
 
 from tickwork.worker.model import ToolCall
-from tickwork.worker.toolbox import ToolBox
+from tickwork.worker.toolbox import ToolBox, ToolSet
 from tickwork.worker.tools.local import LOCAL_TOOLS, QUERY_LOOP_TOOLS
 from tickwork.worker.tools.registry import catalog
 
@@ -13,7 +13,7 @@ LOCAL = {"update_plan", "read_file", "query_file", "task_complete"}
 
 
 def toolbox(tools):
-    return ToolBox({s.key: s for s in catalog()}, tools, pool=None, execution_id=uuid4(),
+    return ToolBox(ToolSet.of({s.key: s for s in catalog()}, tools), pool=None, execution_id=uuid4(),
                    plan={}, offload_threshold=4000, preview_chars=800, redact=lambda v: v)
 
 
@@ -40,7 +40,7 @@ async def test_the_toolbox_runs_a_local_tool_through_its_one_declaration():
     """update_plan is declared once (worker/tools/local.py): the toolbox runs the handler its
     declaration names, with the run's plan, and validates the arguments its declaration gives."""
     plan = {"steps": []}
-    box = ToolBox({s.key: s for s in catalog()}, [], pool=None, execution_id=uuid4(), plan=plan,
+    box = ToolBox(ToolSet.of({s.key: s for s in catalog()}, []), pool=None, execution_id=uuid4(), plan=plan,
                   offload_threshold=4000, preview_chars=800, redact=lambda v: v)
     spec = box.spec("update_plan")
     [declared] = [tool for tool in LOCAL_TOOLS if tool.name == "update_plan"]

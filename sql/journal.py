@@ -29,11 +29,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 from uuid import UUID
 
+import orjson
 import psycopg
 from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
@@ -100,10 +102,33 @@ class _Item:
     encoded: str
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(text: str | None) -> str | None:
+    """Text Postgres can store (NUL and lone UTF-16 surrogates become U+FFFD): a run's failure
+    reason can quote anything an exception said."""
+    return None if text is None else _UNSTORABLE.sub("\ufffd", text)
+
+
+def storable(value: Any) -> Any:
+    """A JSON-like value whose every string and key is storable_text."""
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, list):
+        return [storable(item) for item in value]
+    if isinstance(value, dict):
+        return {storable(key): storable(item) for key, item in value.items()}
+    return value
+
+
 def plain_json(payload: Any) -> str:
     """A payload's JSON text as stored, unredacted (RunJournal's default; the worker passes
-    its redacting encoder)."""
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    its redacting encoder, worker.redact.journal_json)."""
+    try:
+        return orjson.dumps(payload).decode()
+    except TypeError:  # a lone surrogate, a key that is not text, an integer past 64 bits
+        return json.dumps(storable(payload), ensure_ascii=False, separators=(",", ":"))
 
 
 def _event_json(event: PendingEvent) -> str:
@@ -123,7 +148,7 @@ def _encode(journal: RunJournal, events: list[PendingEvent], verdict: Verdict | 
     if verdict is not None:
         run.update(status=verdict.status, outcome=verdict.outcome, reason=verdict.reason,
                    usage=verdict.usage)
-    head = json.dumps(run, ensure_ascii=False, separators=(",", ":"))
+    head = orjson.dumps(run).decode()
     return f'{head[:-1]},"events":[{",".join(_event_json(event) for event in events)}]}}'
 
 
@@ -378,7 +403,7 @@ class RunJournal:
         "model_calls"}); None leaves the stored usage."""
         await failpoints.hit("run.before_complete_commit")
         self._raise_if_fenced()
-        self._verdict = Verdict(status, outcome, reason, usage)
+        self._verdict = Verdict(status, outcome, storable_text(reason), usage)
         landed = await self._writer.now(self)
         if landed is None or not landed.finished:
             self._fenced = True

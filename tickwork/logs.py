@@ -1,10 +1,12 @@
 """structlog set up once per process: JSON lines with a timestamp and level, secrets redacted."""
 
 import functools
+import json
 import logging
 import os
 import re
 
+import orjson
 import structlog
 
 from tickwork.worker.redact import redact
@@ -46,6 +48,16 @@ def redact_secrets(_, __, event_dict: dict) -> dict:
     return shown
 
 
+def _dumps(event_dict: dict, **kwargs) -> str:
+    """A log line's JSON: orjson (a worker writes a line per run), the standard library for
+    what orjson refuses (a lone surrogate, a key that is not text)."""
+    fallback = kwargs.get("default", str)
+    try:
+        return orjson.dumps(event_dict, default=fallback).decode()
+    except TypeError:
+        return json.dumps(event_dict, default=fallback)
+
+
 def log_level(level: str | None = None) -> str:
     """The level asked for (else TICKWORK_LOG_LEVEL, else info), checked."""
     chosen = (level or os.environ.get(LEVEL_VARIABLE) or "info").strip().lower()
@@ -64,6 +76,6 @@ def configure_logging(level: str | None = None) -> None:
         processors=[structlog.contextvars.merge_contextvars, redact_secrets,
                     structlog.processors.add_log_level,
                     structlog.processors.TimeStamper(fmt="iso", utc=True),
-                    structlog.processors.JSONRenderer()],
+                    structlog.processors.JSONRenderer(serializer=_dumps)],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, chosen.upper())),
     )

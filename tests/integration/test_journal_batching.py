@@ -201,3 +201,19 @@ async def test_a_flush_or_the_writers_close_does_not_wait_for_the_linger(pool, c
     else:
         await journal.flush()
     assert [t for _, t, _ in await journal_of(pool, journal)] == ["run_start", "step_start"]
+
+
+async def test_a_failure_reason_holding_what_postgres_cannot_store_is_stored_readable(pool):
+    writer = JournalWriter(pool)
+    [journal, other] = await claimed_journals(pool, 2, writer)
+    journal.emit("run_complete", {"status": "failed", "reason": "a\x00b\ud800c"}, parent=1)
+    other.emit("run_complete", {"status": "completed"}, parent=1)
+    await asyncio.gather(
+        journal.finish(status="failed", outcome="failed", reason="boom: a\x00b\ud800c"),
+        other.finish(status="completed", outcome="done"))
+    assert writer.statements == 1  # one statement for both: nothing was refused
+    async with pool.connection() as conn:
+        cursor = await conn.execute("SELECT reason FROM executions WHERE id = %s",
+                                    (journal.execution_id,))
+        assert (await cursor.fetchone())["reason"] == "boom: a\ufffdb\ufffdc"
+    assert (await journal_of(pool, journal))[-1][2]["reason"] == "a\ufffdb\ufffdc"

@@ -62,7 +62,7 @@ class RunFenced(Exception):
     """The run is no longer ours to write: the sweep judged it, or it finished elsewhere."""
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingEvent:
     seq: int
     parent_seq: int | None
@@ -363,8 +363,10 @@ class RunJournal:
         self._next_seq += 1
         self._pending.append(PendingEvent(seq, parent, type, self._payload_json(payload)))
         if self._background and not self._fenced and not self._exclusive:
-            with contextlib.suppress(RuntimeError):  # no event loop (a pure unit test)
+            try:  # (no with-statement: this runs for every event)
                 self._writer.soon(self)
+            except RuntimeError:  # no event loop (a pure unit test)
+                pass
         return seq
 
     def _landed(self, count: int, landed: Landed) -> None:

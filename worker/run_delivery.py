@@ -24,6 +24,7 @@ from tickwork.worker.approval_pause import apply_decision, state_at_rest, suspen
 from tickwork.worker.claim import ClaimedRun, LeasedTask, claim_resume
 from tickwork.worker.redact import journal_json, redact
 from tickwork.worker.run_queries import fail_if_timed_out, remove_agent_schedules
+from tickwork.worker.run_log import RunLog
 from tickwork.worker.run_wiring import RunDeps, build_loop
 from tickwork.worker.state import RunState
 
@@ -59,29 +60,28 @@ async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) ->
     journal = RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
                          payload_json=journal_json, writer=deps.journal_writer)
     journal.cancel_requested = run.cancel_requested
-    bound = log.bind(execution_id=str(run.id), agent_id=str(run.agent_id),
-                     schedule_id=str(run.schedule_id), attempt=run.attempt)
+    run_log = RunLog(run)
     approval_id = run.resume.approval_id if run.resume is not None else None
     # One info line per run (run_finished, or how else it ended): each rendered line costs
     # about as much as a journal append's encoding. The start is there at debug level.
     if approval_id:
-        bound.info("run_resumed")
+        run_log.info("run_resumed")
     else:
-        bound.debug("run_started")
+        run_log.debug("run_started")
     # Every delivery is a root span of the trace keyed by the execution id (worker/tracing.py).
     with tracing.run(run.id, worker_id=deps.worker_id, resumed=approval_id,
                      agent_id=run.agent_id, schedule_id=run.schedule_id,
                      tenant_id=run.tenant_id, attempt=run.attempt) as span:
         try:
-            result = await _guarded(run, journal, deps, bound, free_slot)
+            result = await _guarded(run, journal, deps, run_log, free_slot)
         except RunFenced:
-            bound.warning("run_fenced")  # the sweep judged it first; its verdict stands
+            run_log.warning("run_fenced")  # the sweep judged it first; its verdict stands
             result = {"fenced": True}
         tracing.end_run(span, result)
         return result
 
 
-async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, bound,
+async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
                    free_slot: Callable[[], None]) -> dict[str, Any]:
     seconds = run.timeout_minutes * 60 + DEADLINE_MARGIN_SECONDS
     held: dict[str, RunState] = {}  # the run's state once built, for its usage at the end
@@ -89,20 +89,20 @@ async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, bound,
         async with asyncio.timeout(seconds):  # in this task: no task of its own per run
             result = await _drive(run, journal, deps, held)
     except TimeoutError:
-        return await _timed_out(run, journal, deps, bound)
+        return await _timed_out(run, journal, deps, run_log)
     except asyncio.CancelledError:  # the worker's grace period is over
-        await _release(run, journal, deps, bound)
+        await _release(run, journal, deps, run_log)
         raise
     except RunFenced:
         raise
     except Exception as exc:  # journaled and recorded in-band; never retried by transport
         result = RunOutcome("failed", "failed", redact(f"{type(exc).__name__}: {exc}"), "")
     if isinstance(result, Suspension):
-        bound.info("run_suspended", tool=result.needs.spec.key)
+        run_log.info("run_suspended", tool=result.needs.spec.key)
         return {"status": "completed", "breadcrumb": "suspended"}
     usage = held["state"].usage() if "state" in held else None
     free_slot()  # the agent is done: another run may start while this verdict is written
-    return await _finish(journal, result, bound, usage)
+    return await _finish(journal, result, run_log, usage)
 
 
 async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
@@ -131,7 +131,7 @@ async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
     return paused
 
 
-async def _finish(journal: RunJournal, outcome: RunOutcome, bound,
+async def _finish(journal: RunJournal, outcome: RunOutcome, run_log,
                   usage: dict[str, int] | None = None) -> dict[str, Any]:
     journal.emit("run_complete", {"status": outcome.status, "outcome": outcome.outcome,
                                   "reason": outcome.reason, "answer": outcome.answer},
@@ -139,11 +139,11 @@ async def _finish(journal: RunJournal, outcome: RunOutcome, bound,
     await journal.finish(status=outcome.status, outcome=outcome.outcome, reason=outcome.reason,
                          usage=usage)
     tracing.note_run(**{f"usage.{k}": v for k, v in (usage or {}).items()})
-    bound.info("run_finished", status=outcome.status, outcome=outcome.outcome)
+    run_log.info("run_finished", status=outcome.status, outcome=outcome.outcome)
     return {"status": outcome.status, "outcome": outcome.outcome}
 
 
-async def _release(run: ClaimedRun, journal: RunJournal, deps: RunDeps, bound) -> None:
+async def _release(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log) -> None:
     """Hand the unfinished run to another worker at once (sql.lifecycle.release_run). A
     resumed run goes back to its pause with the state its resume started from, so the decided
     call is still pending in it (replayed from the tool-call store if it already ran)."""
@@ -158,13 +158,13 @@ async def _release(run: ClaimedRun, journal: RunJournal, deps: RunDeps, bound) -
             "units_left": (saved_state or {}).get("units_left")}, parent=ROOT_SEQ)
     released = await journal.release(approval_id, saved_state)
     tracing.note_run(released=True)
-    bound.warning("run_released", **{k: str(v) for k, v in released.items()})
+    run_log.warning("run_released", **{k: str(v) for k, v in released.items()})
 
 
 async def _timed_out(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
-                     bound) -> dict[str, Any]:
+                     run_log) -> dict[str, Any]:
     """Past the deadline: keep what was journaled, then give the sweep's own verdict now."""
     await journal.flush()
     failed, retried = await fail_if_timed_out(deps.pool, run.id)
-    bound.warning("run_timed_out", failed=failed, retried=retried)
+    run_log.warning("run_timed_out", failed=failed, retried=retried)
     return {"status": "failed", "outcome": "timed_out"}

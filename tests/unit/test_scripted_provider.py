@@ -244,3 +244,22 @@ async def test_a_turn_may_say_what_it_cost_and_otherwise_reports_no_usage(provid
     script = [{"text": "a", "usage": {"input_tokens": 120, "output_tokens": 7}}, {"text": "b"}]
     assert (await turn(provider, script, 0)).usage == Usage(120, 7)
     assert (await turn(provider, script, 1)).usage is None
+
+
+async def test_a_runs_script_is_parsed_once_and_runs_with_equal_scripts_keep_their_own(
+        provider, monkeypatch):
+    from tickwork.worker.providers import scripted
+
+    parsed = []
+    real = scripted.parse_script
+    monkeypatch.setattr(scripted, "parse_script", lambda raw: parsed.append(raw) or real(raw))
+    first = {"script": [{"text": "one"}, {"text": "two"}]}
+    second = {"script": [{"text": "one"}, {"text": "two"}]}  # equal, not the same object
+    second["script"][1]["text"] = "other"
+    texts = []
+    for turn in range(3):
+        for given in (first, second):
+            reply = await provider.complete("default", [], [], RunView(given, model_turns=turn))
+            texts.append(reply.text)
+    assert texts == ["one", "one", "two", "other", "two", "other"]
+    assert parsed == [first["script"], second["script"]]  # once per run, not once per turn

@@ -12,6 +12,7 @@ import asyncio
 import copy
 import json
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
@@ -21,6 +22,7 @@ from tickwork.worker.model import (Message, Reply, RunView, TextSink, ToolCall, 
 JUDGE_ALIAS = "judge"
 MAX_REPEAT = 100_000
 LAST_FILE_REF = "$last_file_ref"
+PARSED_SCRIPTS_KEPT = 10_000  # about the runs a worker holds in flight
 _PLAIN_KEYS = {"text", "tool_calls", "usage"}
 _CALL_KEYS = {"name", "arguments", "id"}
 _USAGE_KEYS = {"input_tokens", "output_tokens"}
@@ -217,17 +219,30 @@ def substitute(value: Any, file_ref: str | None) -> Any:
 
 
 class ScriptedProvider:
-    """ModelProvider replaying `run.input["script"]` (and `run.input["judge"]` for the judge)."""
+    """ModelProvider replaying `run.input["script"]` (and `run.input["judge"]` for the judge).
+    A run's script is parsed at its first turn and kept for its next ones (the run's input is
+    the same object all along; a bounded number of scripts are kept, the oldest dropped)."""
 
     def __init__(self, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self._sleep = sleep
+        self._parsed: OrderedDict[int, tuple[Any, list[_Segment]]] = OrderedDict()
+
+    def _segments(self, script: Any) -> list[_Segment]:
+        kept = self._parsed.get(id(script))
+        if kept is not None and kept[0] is script:  # held below, so its id is not reused
+            return kept[1]
+        segments = parse_script(script)
+        self._parsed[id(script)] = (script, segments)
+        if len(self._parsed) > PARSED_SCRIPTS_KEPT:
+            self._parsed.popitem(last=False)
+        return segments
 
     async def complete(self, alias: str, messages: list[Message], tools: list[ToolSchema],
                        run: RunView, *, on_text: TextSink | None = None) -> Reply:
         given = run.input or {}
         if alias == JUDGE_ALIAS:
             return Reply(text=verdict_at(given.get("judge"), run.judge_calls))
-        delay, turn = turn_at(parse_script(given.get("script")), run.model_turns)
+        delay, turn = turn_at(self._segments(given.get("script")), run.model_turns)
         if delay > 0:
             await self._sleep(delay)
         file_ref = last_file_ref(messages)

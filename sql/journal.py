@@ -42,7 +42,7 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES, failpoints
-from tickwork.sql.db import reconnecting
+from tickwork.sql.db import HOT_PATH, reconnecting
 from tickwork.sql.lifecycle import release_run
 from tickwork.sql.notify import Notifier
 from tickwork.sql.vocabulary import EventType, FinalStatus, Outcome, check_event_type
@@ -159,7 +159,7 @@ async def write_batch(pool: AsyncConnectionPool, runs: list[str]) -> dict[UUID, 
     restarts: the events are idempotent and the fence refuses a second verdict."""
     async with pool.connection() as conn:
         cursor = await conn.execute(QUERIES["insert_journal_batch"],
-                                    {"runs": "[" + ",".join(runs) + "]"})
+                                    {"runs": "[" + ",".join(runs) + "]"}, **HOT_PATH)
         return {row["id"]: Landed(True, row["finished"], row["cancel_requested"])
                 for row in await cursor.fetchall()}
 

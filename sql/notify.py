@@ -26,6 +26,7 @@ import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES
+from tickwork.sql.db import HOT_PATH
 
 log = structlog.get_logger()
 TASKS_CHANNEL = "tickwork_tasks"  # workers: a run or resume task is queued (payload: its kind)
@@ -102,7 +103,7 @@ class Notifier:
             try:
                 async with self._connection() as conn:
                     await conn.execute(QUERIES["notify_channels"],
-                                       {"channels": channels, "payloads": payloads})
+                                       {"channels": channels, "payloads": payloads}, **HOT_PATH)
                 self.statements += 1
             except (psycopg.Error, OSError) as exc:  # polling finds the work anyway
                 log.warning("notify_failed", error=type(exc).__name__, notifications=len(channels))

@@ -19,6 +19,7 @@ from uuid import UUID
 from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES
+from tickwork.sql.db import HOT_PATH
 from tickwork.sql.ids import new_id
 from tickwork.sql.vocabulary import ApprovalStatus
 
@@ -118,7 +119,7 @@ async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int,
     a started execution with its agent's definition (agent_found is NULL if it is gone)."""
     async with pool.connection() as conn:
         cursor = await conn.execute(QUERIES["claim_queued_executions"],
-                                    {"limit": limit, "worker_id": worker_id})
+                                    {"limit": limit, "worker_id": worker_id}, **HOT_PATH)
         rows = await cursor.fetchall()
     return [ClaimedRun.from_row(row, agent=None if row["agent_found"] is None else AgentDefinition(
         row["agent_instructions"], row["agent_tools"], row["agent_auto_approve"]))

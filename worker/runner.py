@@ -29,6 +29,11 @@ from tickwork.worker.run_wiring import RunDeps
 log = structlog.get_logger()
 # After the grace period: time to write the releases (one flush and one statement per run).
 RELEASE_MARGIN_SECONDS = 5.0
+# Runs started per claim. Thousands of free slots are filled a claim at a time, so the event
+# loop runs each claim's runs up to their first wait before the next claim's answer comes in:
+# its rounds stay short and the journal's writes land in between, instead of one round that
+# starts 5,000 runs while their first events wait (step_start stored p99 3 s at 5,000).
+CLAIM_BATCH = 256
 
 
 class Worker:
@@ -63,9 +68,9 @@ class Worker:
             log.info("worker_stopped", worker_id=self.deps.worker_id)
 
     async def _fill_slots(self) -> bool:
-        """Take work for free slots: fresh runs claimed in one statement first, then leased
-        tasks (resumes, and tasks whose lease expired). True when every free slot got one."""
-        free = self.deps.settings.concurrency - self._holding
+        """Take work for free slots (CLAIM_BATCH at most): fresh runs claimed in one statement
+        first, then leased resume tasks. True when every slot asked for got one."""
+        free = min(self.deps.settings.concurrency - self._holding, CLAIM_BATCH)
         if free <= 0:
             return False
         try:

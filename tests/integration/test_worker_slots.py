@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+import psycopg
+
 from tests.factories import queue_run, scripted_agent
 from tests.integration.workers import running_worker, scalar, until
 from tickwork.sql import failpoints
@@ -60,3 +62,25 @@ async def holding(worker, slots: int) -> None:
     async with asyncio.timeout(30):
         while worker._holding < slots:
             await asyncio.sleep(0.01)
+
+
+async def test_thousands_of_free_slots_are_filled_a_bounded_claim_at_a_time(api, pool, db_url):
+    from tickwork.worker.runner import CLAIM_BATCH
+
+    agent = await scripted_agent(api, [])
+    runs = 2 * CLAIM_BATCH + 10
+    with psycopg.connect(db_url, autocommit=True) as conn:  # queued at one commit
+        conn.execute("INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
+                     " trigger_source, scheduled_for, input)"
+                     " SELECT gen_random_uuid(), a.tenant_id, a.id, 'run', 'api', now(),"
+                     " '{\"script\": [{\"text\": \"ok\"}]}' FROM agents a, generate_series(1, %s)"
+                     " WHERE a.id = %s", (runs, agent))
+        conn.execute("INSERT INTO queue_tasks (name, kind, execution_id)"
+                     " SELECT id::text, 'run', id FROM executions WHERE agent_id = %s", (agent,))
+    async with running_worker(pool, db_url, concurrency=runs):
+        await until(db_url, "SELECT count(*) = %s FROM executions WHERE status = 'completed'",
+                    (runs,))
+    # Each claim is one statement, so its claims share one claimed_at (its transaction's now()).
+    sizes = [row[0] for row in psycopg.connect(db_url).execute(
+        "SELECT count(*) FROM execution_claims GROUP BY claimed_at")]
+    assert sum(sizes) == runs and max(sizes) <= CLAIM_BATCH and len(sizes) >= 3

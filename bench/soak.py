@@ -10,9 +10,12 @@ ignored; never the shared server), migrates it with `tickwork migrate`, and star
 processes through bench/chaos_fleet.py: one `tickwork api`, 1-2 `tickwork scheduler`, 1-2
 `tickwork worker`. Nothing is killed; this is about what accumulates.
 
-- Load: --schedules `* * * * *` schedules (one agent each, overlap skip, input: one scripted
-  model turn), written with COPY straight into the bench's own database (100,000 through the
-  API would take longer than the soak), fired by the schedulers' own minute tick; plus
+- Load: --schedules schedules firing every --every-minutes minutes (schedule n at the minutes
+  that are n modulo K: `n%K-59/K * * * *`, so about schedules/K fire in each minute; 100,000
+  every 8 minutes is ~208 runs/s; K = 1 makes them all `* * * * *`), one agent each, overlap
+  skip, input: one scripted model turn, written with COPY straight into the bench's own
+  database (100,000 through the API would take longer than the soak), fired by the
+  schedulers' own minute tick; plus
   --api-rate runs per second through `POST /v1/agents/{id}/runs` from one client thread.
 - Retention: the scheduler's horizon is TICKWORK_RETENTION_DAYS, whole days, at least 1 for the
   scheduler process (the HTTP tick's retention_upkeep refuses under 7), so in a soak of minutes
@@ -45,11 +48,12 @@ import os
 import threading
 import time
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import httpx
 import psycopg
+from croniter import croniter
 
 from chaos_fleet import (API_RETRIES, Fleet, call, free_port, run_in_scratch,
                          start_scratch_database, tickwork, wait_healthy)
@@ -68,9 +72,21 @@ GROWING_BYTES_PER_RUN = 64.0
 
 # --- load -----------------------------------------------------------------------------------------
 
-def create_schedules(url: str, tenant: str, count: int) -> str:
-    """``count`` agents with one every-minute schedule each, by COPY; returns one more agent's
-    id for the API's runs."""
+def cron_every(n: int, minutes: int) -> str:
+    """Schedule n's cron: every ``minutes`` minutes, at the minutes that are n modulo it."""
+    return "* * * * *" if minutes == 1 else f"{n % minutes}-59/{minutes} * * * *"
+
+
+def first_fires(minutes: int, first: datetime) -> dict[str, datetime]:
+    """Each of the ``minutes`` crons' first fire at or after ``first`` (a whole minute)."""
+    crons = {cron_every(n, minutes) for n in range(minutes)}
+    return {cron: croniter(cron, first - timedelta(seconds=1)).get_next(datetime)
+            for cron in crons}
+
+
+def create_schedules(url: str, tenant: str, count: int, every_minutes: int) -> str:
+    """``count`` agents with one schedule each (every ``every_minutes`` minutes, spread), by
+    COPY; returns one more agent's id for the API's runs."""
     with psycopg.connect(url) as conn:
         tenant_id = conn.execute("SELECT id FROM tenants WHERE name = %s", (tenant,)).fetchone()[0]
         api_agent = uuid.uuid4()
@@ -85,9 +101,11 @@ def create_schedules(url: str, tenant: str, count: int) -> str:
         script = json.dumps(RUN_INPUT)
         with conn.cursor().copy("COPY schedules (id, tenant_id, agent_id, cron, timeout_minutes,"
                                 " overlap, input, next_run) FROM STDIN") as copy:
-            for agent_id in agent_ids:
-                copy.write_row((uuid.uuid4(), tenant_id, agent_id, "* * * * *", 1, "skip",
-                                script, first))
+            fires = first_fires(every_minutes, first)
+            for n, agent_id in enumerate(agent_ids):
+                cron = cron_every(n, every_minutes)
+                copy.write_row((uuid.uuid4(), tenant_id, agent_id, cron, 1, "skip", script,
+                                fires[cron]))
         conn.execute("ANALYZE agents")
         conn.execute("ANALYZE schedules")
     return str(api_agent)
@@ -329,8 +347,10 @@ def soak(args: argparse.Namespace, root: Path) -> dict:
     names = (["api"] + [f"scheduler-{i + 1}" for i in range(args.schedulers)]
              + [f"worker-{i + 1}" for i in range(args.workers)])
     started = time.perf_counter()
-    api_agent = create_schedules(url, "soak", args.schedules)
-    say(f"{args.schedules} every-minute schedules written in {time.perf_counter() - started:.1f}s")
+    api_agent = create_schedules(url, "soak", args.schedules, args.every_minutes)
+    say(f"{args.schedules} schedules every {args.every_minutes} min (~"
+        f"{args.schedules / args.every_minutes / 60:.0f} runs/s) written in "
+        f"{time.perf_counter() - started:.1f}s")
     threads: list = []
     windows: list[dict] = []
     try:
@@ -411,7 +431,8 @@ def report(args: argparse.Namespace, result: dict) -> int:
         say("problems: " + " | ".join(problems[:10]))
     rss_end = windows[-1].get("rss_mb", {}) if measured else {}
     say(json.dumps({
-        "minutes": args.minutes, "schedules": args.schedules, "api_rate": args.api_rate,
+        "minutes": args.minutes, "schedules": args.schedules,
+        "every_minutes": args.every_minutes, "api_rate": args.api_rate,
         "schedulers": args.schedulers, "workers": args.workers, "concurrency": args.concurrency,
         "retention_minutes": args.retention_minutes, "retention_batch": args.retention_batch,
         "runs_completed": runs, "runs_per_s": round(runs / span, 1),
@@ -431,7 +452,9 @@ def report(args: argparse.Namespace, result: dict) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="how long the load lasts")
-    parser.add_argument("--schedules", type=int, default=100_000, help="every-minute schedules")
+    parser.add_argument("--schedules", type=int, default=100_000, help="schedules")
+    parser.add_argument("--every-minutes", type=int, default=8,
+                        help="each schedule fires every this many minutes (1..30; spread)")
     parser.add_argument("--api-rate", type=float, default=5.0, help="API run starts per second")
     parser.add_argument("--schedulers", type=int, default=2, choices=(1, 2))
     parser.add_argument("--workers", type=int, default=2, choices=(1, 2))
@@ -448,6 +471,9 @@ def main() -> None:
             or args.retention_batch < 1):
         raise SystemExit("--minutes, --report-every, --concurrency and --retention-batch must "
                          "be positive, --retention-minutes under a day, the rest not negative")
+    if not 1 <= args.every_minutes <= 30:
+        raise SystemExit(f"--every-minutes must be a whole number from 1 to 30 (a cron's minute "
+                         f"step), got {args.every_minutes}")
     say(f"soak: {args.schedules} schedules + {args.api_rate:g} API runs/s for {args.minutes:g} "
         f"min; {os.cpu_count()} CPUs, load average "
         + " ".join(f"{v:.2f}" for v in os.getloadavg()))

@@ -143,7 +143,7 @@ def _encode(journal: RunJournal, events: list[PendingEvent], verdict: Verdict | 
     The whole batch goes as one JSON text (dumping a typed array per column, element by
     element, was the largest share of the worker's CPU per run), built from the payloads'
     texts, so no payload is encoded twice."""
-    run: dict[str, Any] = {"id": str(journal.execution_id), "run_token": str(journal.run_token),
+    run: dict[str, Any] = {"id": journal.id_text, "run_token": journal.token_text,
                            "finish": verdict is not None}
     if verdict is not None:
         run.update(status=verdict.status, outcome=verdict.outcome, reason=verdict.reason,
@@ -319,7 +319,9 @@ class JournalWriter:
             return
         except Exception as exc:  # every waiter learns what went wrong
             return self._failed(batch, exc)
-        self.notifier.runs_changed(found)  # committed: wake the tails of the runs it reached
+        # Committed: wake the tails of the runs it reached.
+        self.notifier.runs_changed(item.journal.id_text for item in batch
+                                   if item.journal.execution_id in found)
         for item in batch:
             landed = found.get(item.journal.execution_id, _FENCED)
             item.journal._landed(item.count, landed)
@@ -344,6 +346,7 @@ class RunJournal:
         writer: the process's JournalWriter; None gives the run a writer of its own.
         linger_seconds: None turns the background write off (explicit writes only)."""
         self._pool, self.execution_id, self.run_token = pool, execution_id, run_token
+        self.id_text, self.token_text = str(execution_id), str(run_token)  # once, not per batch
         self._next_seq, self._payload_json = next_seq, payload_json
         self._writer = writer or JournalWriter(pool, linger_seconds=linger_seconds or 0.0)
         self._background = linger_seconds is not None

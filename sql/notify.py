@@ -35,7 +35,7 @@ EVENTS_CHANNEL = "tickwork_events"  # tails: these runs' journals grew or the ru
 RUN_IDS_PER_PAYLOAD = 200
 
 
-def run_id_payloads(run_ids: Iterable[UUID]) -> list[str]:
+def run_id_payloads(run_ids: Iterable[UUID | str]) -> list[str]:
     """The tails' payloads for these runs: their ids, comma-separated, a bounded number each."""
     ids = [str(run_id) for run_id in run_ids]
     return [",".join(ids[i:i + RUN_IDS_PER_PAYLOAD])
@@ -62,7 +62,7 @@ class Notifier:
         """pool: the process's pool, or one connection (a script's or a test's) to share."""
         self._pool = pool
         self._kinds: dict[str, None] = {}  # task kinds to announce to workers, in order
-        self._runs: dict[UUID, None] = {}  # runs whose tails to wake, in order
+        self._runs: dict[str, None] = {}  # runs whose tails to wake (their ids), in order
         self._task: asyncio.Task | None = None
         self.statements = 0  # statements sent (tests count the coalescing with it)
 
@@ -71,10 +71,10 @@ class Notifier:
         self._kinds[kind] = None
         self._kick()
 
-    def runs_changed(self, run_ids: Iterable[UUID]) -> None:
+    def runs_changed(self, run_ids: Iterable[UUID | str]) -> None:
         """Wake these runs' tails: their journals grew (or the runs ended), committed."""
         for run_id in run_ids:
-            self._runs[run_id] = None
+            self._runs[str(run_id)] = None
         if self._runs:
             self._kick()
 

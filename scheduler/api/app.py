@@ -15,7 +15,6 @@ from tickwork.scheduler.api import (agents_routes, approvals_routes, ops_routes,
 from tickwork.scheduler.api.body_guard import BodyGuard
 from tickwork.scheduler.api.errors import install_error_handlers
 from tickwork.scheduler.api.hub import EventHub
-from tickwork.scheduler.api.pool_gate import PoolGate
 from tickwork.scheduler.api.revocation import RevocationWatch
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool
 from tickwork.scheduler.api.throttle import AuthThrottle
@@ -54,7 +53,6 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
         if owned:
             app.state.pool = await open_pool(database_url, application_name="tickwork-api")
             app.state.notifier = Notifier(app.state.pool)
-            app.state.pool_gate = PoolGate(app.state.pool)
         start_hub(app)
         try:
             yield
@@ -77,7 +75,6 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
     if pool is not None:
         app.state.pool = pool
         app.state.notifier = Notifier(pool)
-        app.state.pool_gate = PoolGate(pool)
     for module in (agents_routes, schedules_routes, runs_routes, approvals_routes, ops_routes,
                    tokens_routes, webhooks_routes, stats_routes, viewer):
         app.include_router(module.router)

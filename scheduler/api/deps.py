@@ -92,7 +92,7 @@ def tenant_only(principal: Principal) -> Principal:
 async def session(request: Request) -> AsyncIterator[Session]:
     """A tenant's request: its connection and principal (operator tokens are refused). The
     connection only ever works as that tenant (row-level security, scheduler/api/tenant_scope.py)."""
-    async with request.app.state.pool_gate.connection() as conn:
+    async with request.app.state.pool.connection() as conn:
         principal = tenant_only(await authenticated(request, conn))
         yield Session(TenantConnection(conn, principal.tenant_id), principal)
 

@@ -14,6 +14,7 @@ import pytest
 from tests.factories import create_agent
 from tickwork.scheduler.api.app import create_app
 from tickwork.scheduler.api.run_start import RunStartRoute
+from tickwork.scheduler.runs import request_hash
 
 UNKNOWN = "0190a000-0000-7000-8000-000000000000"
 VOLATILE = ("id", "created_at", "scheduled_for")  # differ between two runs started anew
@@ -195,3 +196,20 @@ async def test_other_methods_and_routes_are_left_to_the_router(clients, api):
         ours, theirs = await fast.request(method, path), await plain.request(method, path)
         assert shown(ours, False) == shown(theirs, False), (method, path, ours.text)
     assert RunStartRoute.served == before
+
+
+async def test_a_body_hash_is_stored_only_with_a_key_and_is_that_bodys(api, db_url):
+    """The hash is computed only when a key comes with the request: it is what refuses the
+    key's reuse for another body, and a run without a key never needs it."""
+    agent = await create_agent(api, "hashed")
+    path = f"/v1/agents/{agent['id']}/runs"
+    body = {"input": {"n": 1}, "timeout_minutes": 4}
+    plain = await api.post(path, json=body)
+    keyed = await api.post(path, json=body, headers={"Idempotency-Key": "h-1"})
+    empty = await api.post(path, json=body, headers={"Idempotency-Key": ""})
+    assert [r.status_code for r in (plain, keyed, empty)] == [202, 202, 202]
+    with psycopg.connect(db_url) as conn:
+        stored = dict(conn.execute("SELECT id::text, request_hash FROM executions").fetchall())
+    assert stored[plain.json()["id"]] is None
+    assert stored[keyed.json()["id"]] == request_hash(f"agents/{agent['id']}/runs", body)
+    assert stored[empty.json()["id"]] is None  # an empty key keeps no hash, as before

@@ -7,9 +7,9 @@ in the path in its usual form, no body or a JSON object that RunIn accepts, at m
 non-empty Idempotency-Key of at most 200 characters. Anything else goes on, untouched, to the
 FastAPI route, which also describes the route in the OpenAPI document and words the refusal
 of a malformed request. What it serves goes through the route's own parts: the session
-dependency (the gate, the token, the tenant's scope), the route's start_run, the same error
-bodies (scheduler/api/errors.py) and the same JSON encoder for the answer (pydantic's, as
-FastAPI uses for a route whose return annotation is dict).
+dependency (the token, the failed-login brake, the tenant's scope), the route's start_run,
+the same error bodies (scheduler/api/errors.py) and the same JSON encoder for the answer
+(pydantic's, as FastAPI uses for a route whose return annotation is dict).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ _tenant_session = asynccontextmanager(session)
 
 class RunStartRoute:
     """ASGI middleware in front of the router for the one hot route (see the module's note).
-    ``served`` counts the requests it answered itself (tests and benches read it)."""
+    ``served`` counts the requests it answered itself (the tests read it)."""
 
     served = 0
 

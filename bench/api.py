@@ -72,6 +72,16 @@ class ApiProcess(BenchProcess):
     name = "API"
 
 
+def other_python(root: Path) -> Path:
+    """The Python of another checkout's own virtualenv (`pip install -e .` there): the package
+    maps tickwork.scheduler to that checkout's folders, which PYTHONPATH alone cannot do."""
+    python = root.resolve() / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"--api-root {root}: no {python}; make one there with "
+                         "`python3 -m venv .venv && .venv/bin/pip install -e .`")
+    return python
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -117,10 +127,32 @@ def run_wrk(url: str, script: Path, clients: int, seconds: float, threads: int) 
     return json.loads(line[len("WRKJSON "):])
 
 
+def backend_pids(url: str) -> list[int]:
+    """The API's Postgres backends (its pool), by application_name."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return [row[0] for row in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'tickwork-api'").fetchall()]
+
+
+def cpu_of(pids: list[int]) -> float | None:
+    values = [process_cpu_s(pid) for pid in pids]
+    return None if not values or any(v is None for v in values) else sum(values)
+
+
+def per_request_ms(before: float | None, after: float | None, requests: int) -> float | None:
+    if before is None or after is None or not requests:
+        return None
+    return round(1000 * (after - before) / requests, 3)
+
+
 def phase(name: str, url: str, script: Path, clients: int, args, api: ApiProcess) -> dict:
+    pids = backend_pids(args.database_url)
     cpu_before, machine_before = process_cpu_s(api.pid), machine_cpu()
+    pg_before = cpu_of(pids)
     found = run_wrk(url, script, clients, args.seconds, args.threads)
     cpu_after, machine_after = process_cpu_s(api.pid), machine_cpu()
+    pg_after = cpu_of(pids)  # backends the pool opened during the phase are not counted
     api.check_alive()
     seconds = found["duration_us"] / 1e6
     ok = found["requests"] - found["non_2xx"]
@@ -131,11 +163,17 @@ def phase(name: str, url: str, script: Path, clients: int, args, api: ApiProcess
         "ok": ok, "non_2xx": found["non_2xx"], "socket_errors": found["socket_errors"],
         "api_cpu_pct": (round(100 * (cpu_after - cpu_before) / seconds, 1)
                         if cpu_before is not None and cpu_after is not None else None),
-        "machine_busy_pct": busy_pct(machine_before, machine_after)}
+        # CPU per answered request: the figure that the machine's other users disturb least.
+        "api_cpu_ms_per_request": per_request_ms(cpu_before, cpu_after, found["requests"]),
+        "pg_cpu_ms_per_request": per_request_ms(pg_before, pg_after, found["requests"]),
+        "machine_busy_pct": busy_pct(machine_before, machine_after),
+        "load_1min": round(os.getloadavg()[0], 2)}
     say(f"{name:<12} c={clients:<3} {result['per_s']:>8.1f}/s  p50 {result['p50_ms']:>7.2f} ms  "
         f"p95 {result['p95_ms']:>7.2f} ms  p99 {result['p99_ms']:>7.2f} ms  "
         f"non-2xx {result['non_2xx']}  socket errors {result['socket_errors']}  "
-        f"API CPU {result['api_cpu_pct']}%  machine busy {result['machine_busy_pct']}%")
+        f"API CPU {result['api_cpu_pct']}% ({result['api_cpu_ms_per_request']} ms/request, "
+        f"its Postgres backends {result['pg_cpu_ms_per_request']} ms)  "
+        f"machine busy {result['machine_busy_pct']}%  load {result['load_1min']}")
     return result
 
 
@@ -166,7 +204,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="wrk threads")
     parser.add_argument("--api-root", type=Path, default=None,
                         help="serve the API from another checkout of tickwork (e.g. a git "
-                             "worktree of an older commit), for a before/after in one hour")
+                             "worktree of an older commit, with its own .venv), for a "
+                             "before/after in one hour")
     parser.add_argument("--py-spy", dest="py_spy", action="store_true",
                         help="record the API during the last run-start phase")
     parser.add_argument("--py-spy-raw", dest="py_spy_raw", type=Path, default=None,
@@ -179,13 +218,15 @@ def main() -> None:
         describe_server(url, ("synchronous_commit", "max_connections"))
         migrate(url)
         token, agent_id = asyncio.run(setup(url))
+        args.database_url = url
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         env = {**os.environ, "TICKWORK_DATABASE_URL": url}
         python = [sys.executable]
-        if args.api_root is not None:  # -P: the other checkout, not this one, comes first
-            python, env["PYTHONPATH"] = [sys.executable, "-P"], str(args.api_root.resolve())
-            say(f"API served from {args.api_root}")
+        if args.api_root is not None:
+            # -P: not this checkout's folder (the working directory) ahead of that one's.
+            python = [str(other_python(args.api_root)), "-P"]
+            say(f"API served from {args.api_root} ({python[0]})")
         api = ApiProcess(python + ["-m", "tickwork.cli", "api", "--port", str(port)], env,
                          Path(tmp) / "api.log")
         try:
@@ -247,9 +288,13 @@ def main() -> None:
                             "run_start_p95_ms": run["p95_ms"], "run_start_p99_ms": run["p99_ms"],
                             "run_start_non_2xx": run["non_2xx"],
                             "api_cpu_pct": run["api_cpu_pct"],
+                            "api_cpu_ms_per_run_start": run["api_cpu_ms_per_request"],
+                            "pg_cpu_ms_per_run_start": run["pg_cpu_ms_per_request"],
                             "machine_busy_pct": run["machine_busy_pct"],
+                            "load_1min": run["load_1min"],
                             "healthz_per_s": health["per_s"], "healthz_p50_ms": health["p50_ms"],
-                            "healthz_p95_ms": health["p95_ms"], "healthz_p99_ms": health["p99_ms"]}
+                            "healthz_p95_ms": health["p95_ms"], "healthz_p99_ms": health["p99_ms"],
+                            "healthz_api_cpu_ms": health["api_cpu_ms_per_request"]}
     summary["run_starts_per_s"] = summary[f"c{clients[0]}"]["run_starts_per_s"]
     print(json.dumps(summary), flush=True)
 

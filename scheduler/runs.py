@@ -60,8 +60,9 @@ def request_hash(route: str, body: Any) -> str:
 
 async def start_agent_run(conn: AsyncConnection, principal: Principal, agent_id: UUID, *,
                           run_input: dict, timeout_minutes: int, idempotency_key: str | None,
-                          body_hash: str, notifier: Notifier) -> dict:
-    """A run of an agent (POST /v1/agents/{id}/runs): trigger run, source api."""
+                          body_hash: str | None, notifier: Notifier) -> dict:
+    """A run of an agent (POST /v1/agents/{id}/runs): trigger run, source api. ``body_hash``
+    is needed only with an ``idempotency_key``."""
     return await _start_run(conn, principal, idempotency_key, body_hash, notifier, {
         "agent_id": agent_id, "schedule_id": None, "trigger_type": "run",
         "trigger_source": "api", "max_attempts": 3, "timeout_minutes": timeout_minutes,
@@ -81,7 +82,7 @@ async def run_schedule_now(conn: AsyncConnection, principal: Principal, schedule
 
 
 async def _start_run(conn: AsyncConnection, principal: Principal, idempotency_key: str | None,
-                     body_hash: str, notifier: Notifier, fields: dict[str, Any]) -> dict:
+                     body_hash: str | None, notifier: Notifier, fields: dict[str, Any]) -> dict:
     """The one start of a run by hand, one statement (sql insert_agent_run): on a tenant's
     connection it goes in one message with its scope, one implicit transaction, one round
     trip; only a same-key request racing this one reads again."""

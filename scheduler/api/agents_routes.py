@@ -52,8 +52,18 @@ async def run(agent_id: UUID, body: Annotated[RunIn | None, Body()] = None,
               idempotency_key: IdempotencyKey = None,
               s: Session = Depends(session, scope="function"),
               notifier: Notifier = Depends(notifier_of)) -> dict:
+    # Served by scheduler/api/run_start.py for well-formed requests; this route describes it
+    # in the OpenAPI document and answers everything else (and words every refusal).
+    return await start_run(s, agent_id, body, idempotency_key, notifier)
+
+
+async def start_run(s: Session, agent_id: UUID, body: RunIn | None,
+                    idempotency_key: str | None, notifier: Notifier) -> dict:
+    """The run start behind both ways in (this route and scheduler/api/run_start.py)."""
     body = body or RunIn()
-    body_hash = request_hash(f"agents/{agent_id}/runs", body.model_dump(mode="json"))
+    # The body's hash is kept only with a key (to refuse the key's reuse for another body).
+    body_hash = (None if idempotency_key is None else
+                 request_hash(f"agents/{agent_id}/runs", body.model_dump(mode="json")))
     return await start_agent_run(s.conn, s.principal, agent_id, run_input=body.input,
                                  timeout_minutes=body.timeout_minutes,
                                  idempotency_key=idempotency_key, body_hash=body_hash,

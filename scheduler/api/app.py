@@ -16,6 +16,7 @@ from tickwork.scheduler.api.body_guard import BodyGuard
 from tickwork.scheduler.api.errors import install_error_handlers
 from tickwork.scheduler.api.hub import EventHub
 from tickwork.scheduler.api.revocation import RevocationWatch
+from tickwork.scheduler.api.run_start import RunStartRoute
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool
 from tickwork.scheduler.api.throttle import AuthThrottle
 from tickwork.scheduler.metrics import AppMetrics
@@ -79,5 +80,6 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
                    tokens_routes, webhooks_routes, stats_routes, viewer):
         app.include_router(module.router)
     install_error_handlers(app)
+    app.add_middleware(RunStartRoute)  # inside the body guard: it sees only guarded bodies
     app.add_middleware(BodyGuard, max_bytes=MAX_BODY_BYTES)
     return app

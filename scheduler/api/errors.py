@@ -52,10 +52,31 @@ def _sentence(error: dict[str, Any]) -> str:
     return f"{field}: {error.get('msg', 'is not valid')}"
 
 
+def tickwork_response(exc: TickworkError) -> JSONResponse:
+    return JSONResponse(exc.as_body(), status_code=http_status(exc))
+
+
+def database_response(exc: psycopg.Error) -> JSONResponse:
+    """A database error as the request's answer: a constraint's own error, a value the driver
+    refused (the request's fault), else 503 (the database's, worth retrying)."""
+    translated = translate_error(exc)
+    if translated is not None:
+        return tickwork_response(translated)
+    if isinstance(exc, psycopg.DataError) and exc.sqlstate is None:
+        # Refused by the driver before reaching the server (e.g. a NUL character): the
+        # request is at fault, and retrying it will not help.
+        return JSONResponse({"error": "invalid_input",
+                             "message": f"a value cannot be stored: {exc}"}, status_code=422)
+    log.error("database_error", error_type=type(exc).__name__, sqlstate=exc.sqlstate)
+    return JSONResponse({"error": "database_unavailable",
+                         "message": "the database could not complete the request; try again"},
+                        status_code=503)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(TickworkError)
     async def _tickwork(_: Request, exc: TickworkError) -> JSONResponse:
-        return JSONResponse(exc.as_body(), status_code=http_status(exc))
+        return tickwork_response(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -72,15 +93,4 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(psycopg.Error)
     async def _database(_: Request, exc: psycopg.Error) -> JSONResponse:
-        translated = translate_error(exc)
-        if translated is not None:
-            return JSONResponse(translated.as_body(), status_code=http_status(translated))
-        if isinstance(exc, psycopg.DataError) and exc.sqlstate is None:
-            # Refused by the driver before reaching the server (e.g. a NUL character): the
-            # request is at fault, and retrying it will not help.
-            return JSONResponse({"error": "invalid_input",
-                                 "message": f"a value cannot be stored: {exc}"}, status_code=422)
-        log.error("database_error", error_type=type(exc).__name__, sqlstate=exc.sqlstate)
-        return JSONResponse({"error": "database_unavailable",
-                             "message": "the database could not complete the request; try again"},
-                            status_code=503)
+        return database_response(exc)

@@ -1,46 +1,21 @@
 -- name: insert_agent_run
 -- The one way a person or a program starts a run (POST /v1/agents/{id}/runs, trigger run/api,
 -- and run-now on a schedule, trigger schedule/manual), in one statement that goes down the
--- same queue path as a cron fire: the tenant's agent, held FOR SHARE until commit
--- (a pause that commits first is seen, one that comes later waits for this run), the
--- execution and its queue task unless the agent is paused (the caller wakes workers once the
--- statement has committed: sql/notify.py says why not in this transaction); and when nothing
--- was inserted because the Idempotency-Key was used before, the run that use created (as of
+-- same queue path as a cron fire: the function start_agent_run (migration 0060, a PL/pgSQL
+-- function for its cached plan) holds the tenant's agent FOR SHARE until commit (a pause that
+-- commits first is seen, one that comes later waits for this run) and inserts the execution
+-- and its queue task unless the agent is paused (the caller wakes workers once the statement
+-- has committed: sql/notify.py says why not in this transaction); when nothing was inserted
+-- because the Idempotency-Key was used before, the row is the run that use created (as of
 -- this statement's snapshot). Always one row: agent_status NULL means no such agent of this
 -- tenant; created true means this call queued the run, false means the row is the earlier
 -- run of this key, NULL means no run (a paused agent, or a same-key request still committing).
-WITH agent AS (
-    SELECT id, status FROM agents
-     WHERE id = %(agent_id)s AND tenant_id = %(tenant_id)s
-       FOR SHARE
-), inserted AS (
-    INSERT INTO executions (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
-                            scheduled_for, max_attempts, timeout_minutes, input,
-                            idempotency_key, request_hash)
-    SELECT %(id)s, %(tenant_id)s, agent.id, %(schedule_id)s::uuid, %(trigger_type)s::text,
-           %(trigger_source)s::text, now(), %(max_attempts)s, %(timeout_minutes)s, %(input)s,
-           %(idempotency_key)s, %(request_hash)s
-      FROM agent
-     WHERE agent.status <> 'paused'
-    ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING *
-), queued AS (
-    INSERT INTO queue_tasks (name, kind, execution_id)
-    SELECT id::text, 'run', id FROM inserted
-    ON CONFLICT (name) DO NOTHING
-    RETURNING execution_id
-), run AS (
-    SELECT true AS created, * FROM inserted
-    UNION ALL
-    SELECT false AS created, * FROM executions
-     WHERE %(idempotency_key)s::text IS NOT NULL
-       AND tenant_id = %(tenant_id)s AND idempotency_key = %(idempotency_key)s::text
-       AND NOT EXISTS (SELECT 1 FROM inserted)
-)
-SELECT agent.status AS agent_status, (SELECT count(*) FROM queued) AS queued, run.*
-  FROM (SELECT) AS one
-  LEFT JOIN agent ON true
-  LEFT JOIN run ON true;
+SELECT started.agent_status, started.queued, started.created, (started.run).*
+  FROM start_agent_run(%(id)s::uuid, %(tenant_id)s::uuid, %(agent_id)s::uuid,
+                       %(schedule_id)s::uuid, %(trigger_type)s::text, %(trigger_source)s::text,
+                       %(max_attempts)s::integer, %(timeout_minutes)s::integer,
+                       %(input)s::jsonb, %(idempotency_key)s::text,
+                       %(request_hash)s::text) AS started;
 
 -- name: get_execution_by_idempotency_key
 -- The run an earlier request with this Idempotency-Key created, to replay or to refuse a

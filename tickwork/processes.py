@@ -63,19 +63,25 @@ class _QuietExitServer(uvicorn.Server):
         yield
 
 
+def api_server_config(app, host: str, port: int) -> uvicorn.Config:
+    """How `tickwork api` serves the app. Live tails never end on their own: a shutdown gives
+    them 5 s, then closes them (clients resume from Last-Event-ID against another API
+    process). httptools: uvicorn's compiled HTTP parser (h11, its pure-Python one, cost more
+    CPU per request than our handler did); the event loop is uvloop when started by run_api.
+    proxy_headers off: X-Forwarded-For is believed only from TICKWORK_TRUSTED_PROXIES (the
+    failed-login brake's client_address); uvicorn's own handling would believe any local
+    peer's header first, so a client on the same host could rotate it to evade the brake."""
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                          timeout_graceful_shutdown=5, http="httptools", proxy_headers=False)
+
+
 async def serve_api(url: str, settings: SchedulerSettings, host: str, port: int,
                     *, with_scheduler: bool = False, with_worker: bool = False) -> None:
     # No per-checkout round trip: the pool replaces connections the server hung up on for free
     # (sql.db.Pool), and live tails take connections often enough for a round trip to show.
     pool = await open_pool(url, application_name="tickwork-api", **pool_sizes(DatabaseSettings()))
     app = create_app(settings, pool=pool)
-    # Live tails never end on their own: a shutdown gives them 5 s, then closes them (clients
-    # resume from Last-Event-ID against another API process).
-    # httptools: uvicorn's compiled HTTP parser (h11, its pure-Python one, cost more CPU per
-    # request than our handler did). The event loop is uvloop when started by run_api.
-    server = _QuietExitServer(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                             access_log=False, timeout_graceful_shutdown=5,
-                                             http="httptools"))
+    server = _QuietExitServer(api_server_config(app, host, port))
     jobs = start_minute_tick(pool, settings) if with_scheduler else None
     stop_worker = asyncio.Event()
     worker = asyncio.create_task(_worker(url, stop_worker)) if with_worker else None

@@ -119,3 +119,34 @@ def test_failures_older_than_the_window_no_longer_count():
     throttle.check("b")  # another address is not affected
     now[0] = 10.5
     throttle.check("a")  # the window has passed
+
+
+async def test_the_served_api_believes_no_forwarded_header_from_a_local_peer(pool, settings):
+    """Served as `tickwork api` serves it (tickwork.processes.api_server_config): a client on
+    the same host rotating X-Forwarded-For is still one address to the brake."""
+    import asyncio
+    import socket
+
+    import uvicorn
+
+    from tickwork.processes import api_server_config
+
+    settings.auth_failure_limit = 5
+    app = create_app(settings, pool=pool)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(api_server_config(app, "127.0.0.1", port))
+    server.install_signal_handlers = lambda: None
+    served = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.01)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            answers = [(await http.get("/v1/agents", headers={
+                "Authorization": f"Bearer {WRONG}",
+                "X-Forwarded-For": f"198.51.100.{n}"})).status_code for n in range(8)]
+    finally:
+        server.should_exit = True
+        await served
+    assert answers == [401] * 5 + [429] * 3

@@ -7,10 +7,20 @@ The database is TICKWORK_DATABASE_URL when set (a scratch database ``tickwork_be
 is created on that server and dropped at the end), else an embedded Postgres in a fresh /tmp
 folder. Each run is shaped as a one-turn run leaves it: the execution, its claim and its five
 journal events (run_start, step_start, content_delta, model_usage, run_complete). Ids are
-UUIDv7 minted now. --journal month (the default) gives the current month its partition, as a
-database older than a month has it: retention leaves those events to the month's DROP, so a
-run costs its execution and claim. --journal default leaves them in the default partition, as
-in a database younger than a month: retention deletes them row by row (the costly case).
+UUIDv7 minted now. Where their events are is --journal:
+  month     the bench makes the current month's partition, as a database older than a month
+            has it (manage_journal_partitions made it ahead): retention leaves those events to
+            the month's DROP, so a run costs its execution and claim;
+  default   a database younger than a month as tickwork keeps it: one partition upkeep (the
+            first tick after install) runs before the backlog is written. Before migration
+            0055 that left the install month's events in the default partition, deleted row by
+            row (the costly case); from 0055 the upkeep gives the month its own partition;
+  upgraded  the backlog is written before any upkeep, so its events are in the default
+            partition as in an install made before 0055; before the measured ticks, retention's
+            partition upkeeps (trim_retention keeping everything) adopt that default as the
+            month's partition, measured: the upkeeps it took, their time, and the slowest of a
+            stream of journal appends (one every 5 ms) while they ran, beside the slowest
+            before them.
 Wall-clock rates move with whatever else the machine runs, so it also prints
 pg_cpu_ms_per_1000_runs: the CPU retention's own Postgres backend spent per 1,000 runs deleted
 (read from /proc when the server runs on this machine), the figure to compare across hours,
@@ -66,7 +76,76 @@ def setup(url: str, journal: str) -> tuple[UUID, UUID]:
         conn.execute("INSERT INTO tenants (id, name) VALUES (%s, 'bench')", (tenant_id,))
         conn.execute("INSERT INTO agents (id, tenant_id, name) VALUES (%s, %s, 'bench-agent')",
                      (agent_id, tenant_id))
+        if journal == "upgraded":  # the months ahead, as the upkeep before 0055 made them
+            for ahead in (1, 2):
+                conn.execute(
+                    f"CREATE TABLE run_events_bench_ahead_{ahead} PARTITION OF run_events FOR"
+                    " VALUES FROM (journal_month_bound(date_trunc('month', now() AT TIME ZONE"
+                    f" 'UTC') AT TIME ZONE 'UTC' + interval '{ahead} month'))"
+                    " TO (journal_month_bound(date_trunc('month', now() AT TIME ZONE 'UTC')"
+                    f" AT TIME ZONE 'UTC' + interval '{ahead + 1} month'))")
+    if journal != "upgraded":  # a running database has had its partition upkeep
+        asyncio.run(partition_upkeep(url))
     return tenant_id, agent_id
+
+
+async def partition_upkeep(url: str, pool=None) -> float:
+    """The partition part of a retention tick: trim_retention keeping everything (so it deletes
+    nothing). Returns its seconds."""
+    own = pool is None
+    pool = pool or await open_pool(url, application_name=APPLICATION + "-upkeep", max_size=1)
+    started = time.perf_counter()
+    try:
+        await trim_retention(pool, SchedulerSettings(retention_days=0), now=None)
+    finally:
+        if own:
+            await pool.close()
+    return time.perf_counter() - started
+
+
+async def adopt_default(url: str) -> dict:
+    """Partition upkeeps (at most 5) until the default partition holds no backlog event, while
+    a journal append every 5 ms (one connection, as a worker's writer) times each append."""
+    probe = new_id()  # this month's id: its events go where the backlog's do
+    stop, times = asyncio.Event(), []
+
+    async def appender() -> None:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            seq = 0
+            while not stop.is_set():
+                seq += 1
+                sent = time.perf_counter()
+                await conn.execute("INSERT INTO run_events (execution_id, seq, type)"
+                                   " VALUES (%s, %s, 'step_start')", (probe, seq))
+                times.append((sent, time.perf_counter() - sent))
+                try:
+                    await asyncio.wait_for(stop.wait(), 0.005)
+                except asyncio.TimeoutError:
+                    pass
+
+    task = asyncio.create_task(appender())
+    pool = await open_pool(url, application_name=APPLICATION + "-upkeep", max_size=1)
+    await asyncio.sleep(1.0)  # appends with nothing else going on, for comparison
+    started = time.perf_counter()
+    upkeeps, adopted = [], False
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        while len(upkeeps) < 5 and not adopted:
+            upkeeps.append(round(await partition_upkeep(url, pool), 3))
+            cur = await conn.execute("SELECT NOT EXISTS (SELECT 1 FROM run_events_default"
+                                     " WHERE execution_id <> %s)", (probe,))
+            adopted = (await cur.fetchone())[0]
+        ended = time.perf_counter()
+        await asyncio.sleep(0.2)
+        stop.set()
+        await task
+        await pool.close()
+        await conn.execute("DELETE FROM run_events WHERE execution_id = %s", (probe,))
+    before = [s for t, s in times if t < started]
+    during = [s for t, s in times if started <= t < ended]
+    return {"adopted": adopted, "upkeeps_s": upkeeps, "s": round(ended - started, 3),
+            "appends_during": len(during),
+            "append_max_ms": round(1000 * max(during), 1) if during else None,
+            "append_max_ms_before": round(1000 * max(before), 1) if before else None}
 
 
 async def write_runs(conn: psycopg.AsyncConnection, tenant_id: UUID, agent_id: UUID, count: int,
@@ -126,6 +205,8 @@ async def measure(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Name
     settings = SchedulerSettings(retention_days=30, retention_batch_size=args.batch_size,
                                  retention_budget_seconds=args.budget)
     pool = await open_pool(url, application_name=APPLICATION, max_size=2)
+    with psycopg.connect(url) as conn:  # the backlog's events retention must delete one by one
+        in_default = conn.execute("SELECT count(*) FROM run_events_default").fetchone()[0]
     stop = asyncio.Event()
     cpu_before = machine_cpu()
     creator = asyncio.create_task(create_at_rate(url, tenant_id, agent_id, args.rate, stop))
@@ -158,17 +239,16 @@ async def measure(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Name
         orphans = conn.execute("SELECT count(*) FROM run_events").fetchone()[0] - events
         claims = conn.execute("SELECT count(*) FROM execution_claims").fetchone()[0]
     # Everything past the horizon went; every run created meanwhile, its claim and its journal
-    # are still there.
-    # In month mode the deleted runs' events wait for their month's DROP; in default mode
-    # retention deleted them.
-    orphans_expected = len(EVENTS) * args.backlog if args.journal == "month" else 0
+    # are still there. The deleted runs' events in a partition of their own wait for its DROP;
+    # those in the default partition retention deleted.
+    orphans_expected = len(EVENTS) * args.backlog - in_default
     ok = (left_old == 0 and deleted == args.backlog and recent == created_total
           and events == len(EVENTS) * created_total and claims == created_total
           and orphans == orphans_expected)
     return {"deleted": deleted, "elapsed_s": elapsed, "ticks": ticks,
             "created_during": created_during, "created_total": created_total,
             "busy_pct": busy_pct(cpu_before, cpu_after), "backend_cpu_s": backend_cpu_s,
-            "verified": ok}
+            "in_default": in_default, "verified": ok}
 
 
 async def backends_cpu(url: str) -> dict[int, float | None]:
@@ -203,9 +283,10 @@ def parse_args() -> argparse.Namespace:
                         help="runs past the horizon for retention to delete")
     parser.add_argument("--batch-size", type=int, default=1000,
                         help="TICKWORK_RETENTION_BATCH_SIZE for the ticks")
-    parser.add_argument("--journal", choices=("month", "default"), default="month",
-                        help="the runs' events in this month's partition (a database older "
-                             "than a month) or in the default partition (a younger one)")
+    parser.add_argument("--journal", choices=("month", "default", "upgraded"), default="month",
+                        help="a database older than a month (its month partition made ahead), "
+                             "younger (as its partition upkeep leaves it), or upgraded from "
+                             "before 0055 (the backlog in the default partition, adopted first)")
     parser.add_argument("--budget", type=float, default=10.0,
                         help="TICKWORK_RETENTION_BUDGET_SECONDS for the ticks")
     return parser.parse_args()
@@ -220,6 +301,13 @@ def main() -> None:
         seeded_s = asyncio.run(seed_backlog(url, tenant_id, agent_id, args.backlog))
         say(f"backlog: {args.backlog} finished runs past the horizon (execution, claim, "
             f"{len(EVENTS)} events each) in {seeded_s:.1f} s")
+        adoption = asyncio.run(adopt_default(url)) if args.journal == "upgraded" else None
+        if adoption:
+            say(f"adoption of the default partition ({len(EVENTS) * args.backlog} events): "
+                f"adopted {adoption['adopted']} in {len(adoption['upkeeps_s'])} upkeeps "
+                f"({adoption['upkeeps_s']} s); slowest of {adoption['appends_during']} journal "
+                f"appends meanwhile {adoption['append_max_ms']} ms (before: "
+                f"{adoption['append_max_ms_before']} ms)")
         result = asyncio.run(measure(url, tenant_id, agent_id, args))
     deleted_per_s = result["deleted"] / result["elapsed_s"]
     created_per_s = result["created_during"] / result["elapsed_s"]
@@ -243,7 +331,8 @@ def main() -> None:
     say(f"retention deleted {result['deleted']} runs in {result['elapsed_s']:.1f} s "
         f"({deleted_per_s:.0f}/s, batch {args.batch_size}, budget {args.budget} s) while "
         f"{result['created_during']} runs were created ({created_per_s:.0f}/s, asked "
-        f"{args.rate:.0f}/s); machine {result['busy_pct']} % busy; retention's backend used "
+        f"{args.rate:.0f}/s); {result['in_default']} of the backlog's events were in the default "
+        f"partition; machine {result['busy_pct']} % busy; retention's backend used "
         f"{cpu_ms_per_1000} ms CPU per 1,000 runs")
     say(f"sustained: {sustained_per_s:.0f} runs/s deleted (one tick a minute, {args.budget} s"
         f" budget); ratio_delete_vs_create {ratio:.1f} (goal >= 10; {drain_ratio:.1f} while a"
@@ -255,6 +344,7 @@ def main() -> None:
         "sustained_deleted_per_s": round(sustained_per_s, 1),
         "ratio_delete_vs_create": round(ratio, 2), "drain_ratio": round(drain_ratio, 2),
         "backlog": args.backlog, "journal": args.journal, "batch_size": args.batch_size, "budget_s": args.budget,
+        "events_in_default": result["in_default"], "adoption": adoption,
         "ticks": len(result["ticks"]), "elapsed_s": round(result["elapsed_s"], 2),
         "pg_cpu_ms_per_1000_runs": cpu_ms_per_1000, "one_core_ratio": one_core_ratio,
         "machine_busy_pct": result["busy_pct"], "load_average": load,

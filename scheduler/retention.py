@@ -4,11 +4,13 @@ One batch (retention_batch_size runs, found oldest first by executions_finished_
 short transaction, so a backlog never holds locks for long; the tick keeps taking batches while
 they come back full and its budget (retention_budget_seconds) lasts, and always takes at least
 one. A batch commits without waiting for the disk: one lost to a crash only brings back rows
-past the horizon (migration 0042). A database younger than two months pays about twice as much
-per run, because its first month's journal is in the default partition, deleted row by row
-rather than dropped as a month. The journal's month partitions are managed after the deletes,
-each create or drop waiting at most retention_lock_timeout_ms for its lock: one that cannot get
-it is skipped until the next tick instead of queueing every journal append behind it.
+past the horizon (migration 0042). A run's journal is dropped with its month, not deleted row
+by row, in a young database too: the partition upkeep gives the current month its partition,
+and adopts a default partition that holds a month's journal (an install made before 0055) as
+that month's partition in two upkeeps, moving no row (migration 0055). The journal's
+partitions are managed after the deletes, each change waiting at most
+retention_lock_timeout_ms for its lock: one that cannot get it is skipped until the next tick
+instead of queueing every journal append behind it.
 """
 
 from __future__ import annotations

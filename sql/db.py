@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import select
 from typing import Any
 
 import orjson
@@ -20,6 +19,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from tickwork.sql.errors import Conflict, InvalidInput, TickworkError
+from tickwork.sql.pool import Pool, hung_up, once_more  # noqa: F401 (importable here as before)
 
 log = structlog.get_logger()
 
@@ -91,46 +91,12 @@ def connect_kwargs(application_name: str, *, prepared_statements: bool = True) -
     }
 
 
-class Pool(AsyncConnectionPool):
-    """The pool, with a free test at checkout: a pooled connection whose socket has something
-    to read while it sits idle was closed by the server (a restart, or pg_terminate_backend:
-    Postgres sends its FATAL message and hangs up), so it is replaced before anyone runs a
-    statement on it. The test is one poll() system call, not a round trip. (A reload that
-    changes a setting the server reports to every session also leaves something to read:
-    those connections are replaced once, which costs a connect, never a failed statement.)"""
-
-    replaced_dead = 0  # how many connections the checkout found dead (metrics, tests)
-
-    async def getconn(self, timeout: float | None = None) -> psycopg.AsyncConnection:
-        conn = await super().getconn(timeout)
-        for _ in range(self.max_size):  # after a restart every pooled connection may be dead
-            if not hung_up(conn):
-                return conn
-            self.replaced_dead += 1
-            await conn.close()  # a closed connection is discarded and replaced on return
-            await self.putconn(conn)
-            conn = await super().getconn(timeout)
-        return conn
-
-
-def hung_up(conn: psycopg.AsyncConnection) -> bool:
-    """True when an idle connection is closed or has unread input (the server's goodbye).
-    Pooled connections never LISTEN, so an idle one has nothing else to read."""
-    if conn.closed or conn.broken:
-        return True
-    poller = select.poll()
-    try:
-        poller.register(conn.pgconn.socket, select.POLLIN)
-    except (psycopg.OperationalError, OSError, ValueError):
-        return True
-    return bool(poller.poll(0))
-
-
 async def open_pool(url: str, *, application_name: str, min_size: int = 1,
                     max_size: int = 10, check: bool = False) -> Pool:
     """Open the process's pool and wait until one connection works (retrying while Postgres
-    starts). Every checkout replaces a connection the server has hung up on (see Pool), for
-    free; ``check`` adds psycopg_pool's round-trip test on top (not needed by our processes)."""
+    starts). Every checkout replaces a connection the server has hung up on, and every
+    statement checks again before it is sent (sql/pool.py), for free; ``check`` adds
+    psycopg_pool's round-trip test on top (not needed by our processes)."""
     pool = Pool(url, min_size=min_size, max_size=max_size, open=False,
                 kwargs=connect_kwargs(application_name,
                                       prepared_statements=DatabaseSettings().prepared_statements),

@@ -22,7 +22,7 @@ import structlog
 
 from tickwork.sql import QUERIES
 from tickwork.sql.db import listen_forever
-from tickwork.worker.claim import claim_queued_runs, lease_tasks
+from tickwork.worker.claim_once_more import claim_queued_runs_once_more, lease_tasks_once_more
 from tickwork.worker.run_delivery import handle_task, run_claimed
 from tickwork.worker.run_wiring import RunDeps
 
@@ -74,9 +74,10 @@ class Worker:
         if free <= 0:
             return False
         try:
-            runs = await claim_queued_runs(self.deps.pool, limit=free,
-                                           worker_id=self.deps.worker_id)
-            tasks = [] if len(runs) == free else await lease_tasks(
+            # A claim whose connection a restart closed before it was sent runs once more.
+            runs = await claim_queued_runs_once_more(self.deps.pool, limit=free,
+                                                     worker_id=self.deps.worker_id)
+            tasks = [] if len(runs) == free else await lease_tasks_once_more(
                 self.deps.pool, limit=free - len(runs),
                 lease_seconds=self.deps.settings.lease_seconds)
         except psycopg.Error as exc:  # Postgres restarting: the next poll tries again

@@ -15,6 +15,7 @@ from tickwork.scheduler.api import (agents_routes, approvals_routes, ops_routes,
 from tickwork.scheduler.api.body_guard import BodyGuard
 from tickwork.scheduler.api.errors import install_error_handlers
 from tickwork.scheduler.api.hub import EventHub
+from tickwork.scheduler.api.once_more import OnceMore
 from tickwork.scheduler.api.revocation import RevocationWatch
 from tickwork.scheduler.api.run_start import RunStartRoute
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool
@@ -81,5 +82,7 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
         app.include_router(module.router)
     install_error_handlers(app)
     app.add_middleware(RunStartRoute)  # inside the body guard: it sees only guarded bodies
+    # Around the fast run start too: a request whose connection a restart cut, run once more.
+    app.add_middleware(OnceMore)
     app.add_middleware(BodyGuard, max_bytes=MAX_BODY_BYTES)
     return app

@@ -3,10 +3,12 @@
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+import pytest
 
 from tickwork.scheduler.retention import trim_retention
 from tickwork.sql.ids import new_id
 from tests.factories import count, make_agent, make_tenant
+from tests.integration.test_roles import granted  # noqa: F401 (a fixture)
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -56,7 +58,8 @@ async def test_retention_zero_keeps_everything(db_url, pool, settings):
     assert await trim_retention(pool, settings, now=NOW) == 0
 
 
-async def test_the_journal_gets_monthly_partitions_ahead_and_drops_whole_old_months(db_url, pool, settings):
+async def test_the_journal_gets_its_current_month_and_months_ahead_and_drops_whole_old_months(
+        db_url, pool, settings):
     from datetime import datetime, timezone
 
     from uuid_utils.compat import uuid7
@@ -68,7 +71,11 @@ async def test_the_journal_gets_monthly_partitions_ahead_and_drops_whole_old_mon
                 " WHERE i.inhparent = 'run_events'::regclass"))
 
     await trim_retention(pool, settings, now=datetime(2027, 1, 20, tzinfo=timezone.utc))
-    assert partitions() == ["run_events_2027_02", "run_events_2027_03", "run_events_default"]
+    # The current month is made too (migration 0055; before it only the months ahead were):
+    # the default holds none of January's rows, so January's journal is a month that goes
+    # whole, as in an old database, instead of rows in the default deleted one by one.
+    assert partitions() == ["run_events_2027_01", "run_events_2027_02", "run_events_2027_03",
+                            "run_events_default"]
     # An id minted in February 2027 lands in February's partition.
     february = uuid7(nanoseconds=int(datetime(2027, 2, 10, tzinfo=timezone.utc).timestamp()) * 10**9)
     with psycopg.connect(db_url) as conn:
@@ -76,10 +83,11 @@ async def test_the_journal_gets_monthly_partitions_ahead_and_drops_whole_old_mon
                      (february,))
         where = conn.execute("SELECT tableoid::regclass::text FROM run_events").fetchone()[0]
     assert where == "run_events_2027_02"
-    # 30 days of retention on 2027-05-15: February (ended Mar 1) and March (ended Apr 1) go,
-    # and the two months ahead (June, July) are made.
+    # 30 days of retention on 2027-05-15: January, February (ended Mar 1) and March (ended
+    # Apr 1) go, and the current month and the two ahead (May, June, July) are made.
     await trim_retention(pool, settings, now=datetime(2027, 5, 15, tzinfo=timezone.utc))
-    assert partitions() == ["run_events_2027_06", "run_events_2027_07", "run_events_default"]
+    assert partitions() == ["run_events_2027_05", "run_events_2027_06", "run_events_2027_07",
+                            "run_events_default"]
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM run_events").fetchone()[0] == 0
 
@@ -125,15 +133,16 @@ async def test_a_month_holding_a_live_run_keeps_its_journal_while_other_old_mont
     await trim_retention(pool, settings, now=datetime(2027, 3, 20, tzinfo=timezone.utc))
     await trim_retention(pool, settings, now=datetime(2027, 4, 20, tzinfo=timezone.utc))
     # On 2027-07-15 with 30 days kept, February, March and April all ended past the horizon:
-    # March and May go; February (a run waiting for approval) and April (a queued run) stay
-    # whole; June ends after the horizon.
+    # January, March and May go; February (a run waiting for approval) and April (a queued
+    # run) stay whole; June ends after the horizon; July, the current month, is made as well
+    # as August and September (0055: the current month gets its partition too).
     await trim_retention(pool, settings, now=datetime(2027, 7, 15, tzinfo=timezone.utc))
     with psycopg.connect(db_url) as conn:
         parts = sorted(r[0] for r in conn.execute(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
             " WHERE i.inhparent = 'run_events'::regclass AND c.relname <> 'run_events_default'"))
         assert parts == ["run_events_2027_02", "run_events_2027_04", "run_events_2027_06",
-                         "run_events_2027_08", "run_events_2027_09"]
+                         "run_events_2027_07", "run_events_2027_08", "run_events_2027_09"]
         kept = {r[0] for r in conn.execute("SELECT execution_id FROM run_events")}
         assert kept == {runs["waiting"][0], runs["february_done"][0], runs["queued"][0]}
         # Once the waiting run ends (cancelled), the next upkeep drops its month.
@@ -170,6 +179,18 @@ def with_everything(conn, tenant, agent, **run):
     conn.execute("INSERT INTO tool_results (file_ref, execution_id, tool, content, chars)"
                  " VALUES (%s, %s, 'demo.get_record', '{}', 2)", (f"ref-{execution_id}", execution_id))
     return execution_id
+
+
+def partition_of(conn, ids) -> set[str]:
+    """The partitions holding these runs' journal rows."""
+    return {r[0] for r in conn.execute("SELECT DISTINCT tableoid::regclass::text FROM run_events"
+                                       " WHERE execution_id = ANY(%s)", (list(ids),))}
+
+
+def this_month(conn) -> str:
+    """The name of the current month's partition (by the database clock)."""
+    return conn.execute("SELECT 'run_events_' || to_char(now() AT TIME ZONE 'UTC', 'YYYY_MM')"
+                        ).fetchone()[0]
 
 
 def rows_of(conn, ids) -> dict[str, int]:
@@ -230,7 +251,14 @@ async def test_the_http_ticks_retention_door_also_takes_batch_after_batch(db_url
     assert await upkeep_on_database_clock(pool, settings) == 23
     with psycopg.connect(db_url) as conn:
         assert {r[0] for r in conn.execute("SELECT id FROM executions")} == set(kept)
-        assert rows_of(conn, old) == dict.fromkeys(HANGING, 0)
+        # The runs' journal began in the default partition (no upkeep had run yet), which the
+        # door adopts within this one tick (0055): its first call marks the default, its second
+        # makes it this month's partition. The first two batches (20 runs) deleted their
+        # journal rows from the default one by one; the last batch's 3 runs' rows stay in the
+        # adopted month, which goes whole (0 before 0055, when every row was deleted).
+        assert rows_of(conn, old) == {**dict.fromkeys(HANGING, 0), "run_events": 3}
+        assert partition_of(conn, old) == {this_month(conn)}
+        assert rows_of(conn, kept) == dict.fromkeys(HANGING, len(kept))
 
 
 async def test_a_partition_whose_lock_is_held_is_skipped_and_dropped_by_a_later_tick(
@@ -243,19 +271,23 @@ async def test_a_partition_whose_lock_is_held_is_skipped_and_dropped_by_a_later_
 
     await trim_retention(pool, settings, now=datetime(2027, 1, 20, tzinfo=timezone.utc))
     await trim_retention(pool, settings, now=datetime(2027, 2, 20, tzinfo=timezone.utc))
-    assert partitions() == ["run_events_2027_02", "run_events_2027_03", "run_events_2027_04"]
+    # January is there too: the current month gets its own partition (0055).
+    assert partitions() == ["run_events_2027_01", "run_events_2027_02", "run_events_2027_03",
+                            "run_events_2027_04"]
     # A reader of February's partition (a long query, say) holds a lock that its DROP needs.
     with psycopg.connect(db_url) as reader:
         reader.execute("LOCK TABLE run_events_2027_02 IN ACCESS SHARE MODE")
-        # 2027-05-15, 30 days kept: February and March are past the horizon. March goes;
-        # February's drop gives up after lock_timeout instead of waiting for the reader, and
-        # retention returns (a wait on the reader would never end: it commits only below).
+        # 2027-05-15, 30 days kept: January, February and March are past the horizon.
+        # January and March go; February's drop gives up after lock_timeout instead of
+        # waiting for the reader, and retention returns (a wait on the reader would never
+        # end: it commits only below). May, the current month, is made with June and July.
         await trim_retention(pool, settings, now=datetime(2027, 5, 15, tzinfo=timezone.utc))
-        assert partitions() == ["run_events_2027_02", "run_events_2027_04",
+        assert partitions() == ["run_events_2027_02", "run_events_2027_04", "run_events_2027_05",
                                 "run_events_2027_06", "run_events_2027_07"]
         reader.commit()
     await trim_retention(pool, settings, now=datetime(2027, 5, 15, tzinfo=timezone.utc))
-    assert partitions() == ["run_events_2027_04", "run_events_2027_06", "run_events_2027_07"]
+    assert partitions() == ["run_events_2027_04", "run_events_2027_05", "run_events_2027_06",
+                            "run_events_2027_07"]
 
 
 def test_bad_retention_settings_are_refused_with_one_sentence():
@@ -339,3 +371,249 @@ async def test_a_run_another_transaction_holds_is_left_for_a_later_batch_and_the
         assert count(conn, "SELECT count(*) FROM executions") == 1
         assert count(conn, "SELECT count(*) FROM execution_claims") == 1
         assert count(conn, "SELECT count(*) FROM run_events") == 5
+
+
+# --- migration 0055: the install month's journal is a partition too ---------------------------
+
+def journal_partitions(conn) -> dict[str, tuple]:
+    """Each partition of the journal: name -> (lower bound, upper bound); None is MINVALUE."""
+    return {r[0]: (r[1], r[2]) for r in conn.execute(
+        "SELECT name, lower_bound, upper_bound FROM journal_partitions() WHERE NOT is_default")}
+
+
+def adoption_mark(conn) -> bool | None:
+    """Whether the default carries the adoption's mark: None (no), False (not yet validated),
+    True (validated)."""
+    row = conn.execute("SELECT convalidated FROM pg_constraint WHERE conname ="
+                       " 'run_events_default_adoption'").fetchone()
+    return row[0] if row else None
+
+
+def manage(conn, now=None, days: int = 30) -> tuple[list, list, list]:
+    """One partition upkeep in its own transaction, as trim_retention makes it."""
+    with conn.transaction():
+        return conn.execute("SELECT created, dropped, skipped FROM manage_journal_partitions("
+                            "coalesce(%s::timestamptz, now()), 2, %s)", (now, days)).fetchone()
+
+
+def append_event(conn, execution_id, seq: int = 9) -> str:
+    """A journal append as the worker writes one; returns the partition it landed in."""
+    conn.execute("INSERT INTO run_events (execution_id, seq, type) VALUES (%s, %s, 'step_start')",
+                 (execution_id, seq))
+    return conn.execute("SELECT tableoid::regclass::text FROM run_events WHERE execution_id = %s"
+                        " AND seq = %s", (execution_id, seq)).fetchone()[0]
+
+
+def minted_at(moment: datetime):
+    from uuid_utils.compat import uuid7
+
+    return uuid7(nanoseconds=int(moment.timestamp()) * 10**9)
+
+
+async def test_a_fresh_databases_first_upkeep_gives_this_month_a_partition_so_its_runs_journal_goes_whole(
+        db_url, pool, settings):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert journal_partitions(conn) == {}
+        await trim_retention(pool, settings, now=None)  # the first tick after install
+        month = this_month(conn)
+        assert month in journal_partitions(conn)
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        old = [execution(conn, tenant, agent, status="completed") for _ in range(4)]
+        conn.execute("UPDATE executions SET finished_at = now() - interval '31 days'")
+        assert partition_of(conn, old) == {month}
+        assert await trim_retention(pool, settings, now=None) == 4
+        # The runs are gone; their journal waits in its month, deleted by no row-by-row DELETE.
+        assert rows_of(conn, old) == {**dict.fromkeys(HANGING, 0), "run_events": 4}
+        assert count(conn, "SELECT count(*) FROM run_events_default") == 0
+        # Once the whole month is past the horizon it is dropped, rows and all.
+        later = conn.execute("SELECT date_trunc('month', now()) + interval '1 month 31 days'"
+                             ).fetchone()[0]
+        await trim_retention(pool, settings, now=later)
+        assert month not in journal_partitions(conn)
+        assert count(conn, "SELECT count(*) FROM run_events") == 0
+
+
+async def test_an_upgraded_young_databases_default_becomes_this_months_partition_without_moving_a_row(
+        db_url, pool, settings):
+    with psycopg.connect(db_url, autocommit=True) as conn, \
+            psycopg.connect(db_url, autocommit=True) as worker:
+        # An install made before 0055: this month's journal is in the default partition.
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        runs = [execution(conn, tenant, agent, status="completed", finished_days_ago=1)
+                for _ in range(5)]
+        waiting = execution(conn, tenant, agent, status="completed", finished_days_ago=1,
+                            breadcrumb="suspended")
+        default_oid = count(conn, "SELECT 'run_events_default'::regclass::oid")
+        assert partition_of(conn, [*runs, waiting]) == {"run_events_default"}
+        month = this_month(conn)
+        # First upkeep: the months ahead are made, and the default is marked (not validated).
+        created, _, skipped = manage(conn)
+        assert len(created) == 2 and month not in created and skipped == []
+        assert adoption_mark(conn) is False
+        assert append_event(worker, runs[0], 2) == "run_events_default"  # appends go on
+        # Second upkeep: validated and swapped. The default table itself is now this month's
+        # partition (same table, so no row moved), over everything below next month.
+        created, _, skipped = manage(conn)
+        assert created == [month] and skipped == []
+        assert adoption_mark(conn) is None
+        assert count(conn, f"SELECT '{month}'::regclass::oid") == default_oid
+        lower, upper = journal_partitions(conn)[month]
+        assert lower is None and upper == min(b[0] for n, b in journal_partitions(conn).items()
+                                              if n != month)
+        assert partition_of(conn, [*runs, waiting]) == {month}
+        assert count(conn, "SELECT count(*) FROM run_events") == 7
+        assert count(conn, "SELECT count(*) FROM run_events_default") == 0
+        assert sorted(r[0] for r in conn.execute(
+            "SELECT i.relname FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid"
+            " WHERE x.indrelid = %s::regclass", (month,))) == [f"{month}_pkey", f"{month}_ts_idx"]
+        assert append_event(worker, runs[1], 2) == month  # the worker's appends land there now
+        assert manage(conn) == ([], [], [])  # nothing more to do
+        # Past the horizon the adopted month is kept while it holds a live run's journal
+        # (0028's rule, with the range's real lower bound: MINVALUE), then dropped whole.
+        later = conn.execute("SELECT date_trunc('month', now()) + interval '1 month 31 days'"
+                             ).fetchone()[0]
+        await trim_retention(pool, settings, now=later)
+        assert month in journal_partitions(conn)
+        conn.execute("UPDATE executions SET status = 'cancelled', breadcrumb = NULL,"
+                     " finished_at = now() WHERE id = %s", (waiting,))
+        await trim_retention(pool, settings, now=later)
+        assert month not in journal_partitions(conn)
+        assert partition_of(conn, [*runs, waiting]) == set()
+
+
+async def test_a_connection_that_deleted_from_the_old_default_deletes_from_the_new_one_after_the_swap(
+        db_url):
+    # retention_delete_runs names run_events_default; a pooled connection that ran it before
+    # the swap must not keep deleting from the renamed table (its plan is re-made by name).
+    horizon = NOW - timedelta(days=30)
+    with psycopg.connect(db_url, autocommit=True) as conn, \
+            psycopg.connect(db_url, autocommit=True) as retention:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        execution(conn, tenant, agent, status="completed", finished_days_ago=40)
+        execution(conn, tenant, agent, status="completed", finished_days_ago=1)
+        assert count(retention, "SELECT retention_delete_runs(%s, 10)", (horizon,)) == 1
+        assert count(conn, "SELECT count(*) FROM run_events") == 1
+        manage(conn)
+        manage(conn)
+        assert adoption_mark(conn) is None and this_month(conn) in journal_partitions(conn)
+        # A run whose id no partition covers (minted a year ahead) lands in the new default.
+        stray = minted_at(datetime.now(timezone.utc) + timedelta(days=365))
+        conn.execute("INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
+                     " trigger_source, scheduled_for, status, finished_at) VALUES"
+                     " (%s, %s, %s, 'run', 'api', now(), 'failed', %s)",
+                     (stray, tenant, agent, NOW - timedelta(days=40)))
+        assert append_event(conn, stray, 1) == "run_events_default"
+        assert count(retention, "SELECT retention_delete_runs(%s, 10)", (horizon,)) == 1
+        assert count(conn, "SELECT count(*) FROM run_events WHERE execution_id = %s",
+                     (stray,)) == 0
+        assert count(conn, "SELECT count(*) FROM run_events") == 1
+
+
+async def test_each_adoption_step_gives_up_on_a_held_lock_and_a_later_upkeep_finishes_it(db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn, psycopg.connect(db_url) as reader:
+        tenant = make_tenant(conn)
+        execution(conn, tenant, make_agent(conn, tenant), status="completed", finished_days_ago=1)
+        manage(conn)  # the months ahead (the default is marked in the same upkeep; undo that)
+        conn.execute("ALTER TABLE run_events_default DROP CONSTRAINT run_events_default_adoption")
+        # A long reader of the journal holds ACCESS SHARE on every partition: marking the
+        # default (a short ACCESS EXCLUSIVE lock) waits lock_timeout, then is left for later.
+        reader.execute("LOCK TABLE run_events IN ACCESS SHARE MODE")
+        assert manage(conn) == ([], [], ["run_events_default"])
+        assert adoption_mark(conn) is None
+        reader.commit()
+        manage(conn)
+        assert adoption_mark(conn) is False
+        # Validating waits for no reader (SHARE UPDATE EXCLUSIVE); the swap does, and gives up.
+        reader.execute("LOCK TABLE run_events IN ACCESS SHARE MODE")
+        assert manage(conn) == ([], [], ["run_events_default"])
+        assert adoption_mark(conn) is True
+        reader.commit()
+        assert manage(conn) == ([this_month(conn)], [], [])
+
+
+async def test_a_default_holding_rows_past_every_month_is_not_adopted_and_its_runs_journal_goes_row_by_row(
+        db_url, pool, settings):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        young = execution(conn, tenant, agent, status="completed")
+        conn.execute("UPDATE executions SET finished_at = now() WHERE id = %s", (young,))
+        # A run whose id a clock a year ahead minted: no partition will cover it.
+        stray = minted_at(datetime.now(timezone.utc) + timedelta(days=365))
+        conn.execute("INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
+                     " trigger_source, scheduled_for, status, finished_at) VALUES"
+                     " (%s, %s, %s, 'run', 'api', now(), 'failed', now() - interval '40 days')",
+                     (stray, tenant, agent))
+        append_event(conn, stray, 1)
+        for _ in range(3):
+            created, _, skipped = manage(conn)
+            assert skipped == [] and this_month(conn) not in created
+        # Adopting would need a constraint the stray row breaks: the default stays as it is
+        # (unmarked), and retention deletes its runs' rows one by one as before 0055.
+        assert adoption_mark(conn) is None
+        assert partition_of(conn, [young, stray]) == {"run_events_default"}
+        assert await trim_retention(pool, settings, now=None) == 1
+        assert count(conn, "SELECT count(*) FROM run_events WHERE execution_id = %s", (stray,)) == 0
+        assert partition_of(conn, [young]) == {"run_events_default"}
+
+
+async def test_a_month_whose_ids_already_sit_in_the_default_is_left_to_it_not_an_error(db_url):
+    # An upkeep whose clock says October makes October to December; December's ids (this
+    # month's, by the real clock) already sit in the default, so December is left alone.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        tenant = make_tenant(conn)
+        run = execution(conn, tenant, make_agent(conn, tenant), status="running")
+        real = conn.execute("SELECT date_trunc('month', now())").fetchone()[0]
+        created, _, skipped = manage(conn, now=real - timedelta(days=45))
+        assert this_month(conn) not in created and skipped == [] and len(created) == 2
+        assert partition_of(conn, [run]) == {"run_events_default"}
+
+
+async def test_months_made_after_the_adoption_never_scan_the_adopted_journal(db_url):
+    # Before 0055 every month made while the default held the install month's journal scanned
+    # all of it under the lock every append waits for; now that journal is a partition of its
+    # own, and a new month's check reads only the (empty) default.
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        for _ in range(20):
+            execution(conn, tenant, agent, status="completed", finished_days_ago=1)
+        manage(conn)
+        manage(conn)
+        month = this_month(conn)
+        assert month in journal_partitions(conn)
+        next_month = conn.execute("SELECT date_trunc('month', now()) + interval '1 month'"
+                                  ).fetchone()[0]
+        scans = ("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = %s", (month,))
+        with conn.transaction():  # the backend's pending counts move only by this transaction
+            before = count(conn, *scans)
+            created = conn.execute("SELECT created FROM manage_journal_partitions(%s, 2, 30)",
+                                   (next_month,)).fetchone()[0]
+            after = count(conn, *scans)
+        assert len(created) == 1
+        assert after - before == 0
+
+
+async def test_the_roles_call_no_adoption_step_and_append_to_an_adopted_journal(db_url, granted):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        run = execution(conn, tenant, agent, status="running")
+    # The HTTP tick's door adopts the default within its calls, as the API's own role.
+    with psycopg.connect(granted["tickwork_api"], autocommit=True) as api:
+        for _ in range(2):
+            assert api.execute("SELECT retention_upkeep(7, 1000)").fetchone()[0] == 0
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        month = this_month(conn)
+        assert journal_partitions(conn)[month][0] is None
+    with psycopg.connect(granted["tickwork_worker"], autocommit=True) as worker:
+        assert append_event(worker, run, 2) == month
+    for role in ("tickwork_scheduler", "tickwork_worker", "tickwork_api"):
+        for statement in ("SELECT journal_begin_adoption()", "SELECT journal_finish_adoption()",
+                          "SELECT journal_forget_adoption()", "SELECT * FROM journal_partitions()"):
+            with psycopg.connect(granted[role], autocommit=True) as conn:
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(statement)

@@ -89,7 +89,7 @@ class BodyGuard:
         except BodyRefused as refused:
             await _send_error(send, refused)
             return
-        await self.app(scope, _replay(body), send)
+        await self.app(scope, replay(body), send)
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
         declared = dict(scope["headers"]).get(b"content-length")
@@ -118,7 +118,9 @@ def _require_json(scope: Scope) -> None:
                           "send the body as JSON with Content-Type: application/json")
 
 
-def _replay(body: bytes) -> Receive:
+def replay(body: bytes) -> Receive:
+    """A receive that gives the already-read body once, then a disconnect: for an app behind a
+    middleware that had to read the body itself."""
     sent = False
 
     async def receive() -> Message:

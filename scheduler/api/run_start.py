@@ -24,9 +24,10 @@ import psycopg
 from pydantic import TypeAdapter
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tickwork.scheduler.api.agents_routes import start_run
+from tickwork.scheduler.api.body_guard import replay
 from tickwork.scheduler.api.deps import session
 from tickwork.scheduler.api.errors import database_response, tickwork_response
 from tickwork.scheduler.models import RunIn
@@ -60,11 +61,11 @@ class RunStartRoute:
         body = await _read(receive)
         request = _readable(scope, found.group(1), body)
         if request is None:
-            await self.app(scope, _replay(body), send)
+            await self.app(scope, replay(body), send)
             return
         RunStartRoute.served += 1
         response = await _serve(scope, *request)
-        await response(scope, _replay(b""), send)
+        await response(scope, replay(b""), send)
 
 
 def _readable(scope: Scope, agent_id: str, body: bytes) -> tuple[UUID, RunIn, str | None] | None:
@@ -104,17 +105,3 @@ async def _read(receive: Receive) -> bytes:
         chunks.append(message.get("body", b""))
         if not message.get("more_body"):
             return b"".join(chunks)
-
-
-def _replay(body: bytes) -> Receive:
-    """The body again, for the route (the guard in front has read it all already)."""
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return {"type": "http.disconnect"}
-
-    return receive

@@ -357,7 +357,8 @@ async def test_a_tick_whose_connection_died_before_its_first_statement_runs_and_
     assert (await run_tick(pool, settings, now=at)).dispatch.created == 0
 
 
-async def test_a_claim_whose_connection_died_after_checkout_claims_the_run_once(pool, db_url):
+def queued_run(db_url: str):
+    """A run queued for a worker, as the API queues one: its execution and its task."""
     with psycopg.connect(db_url) as conn:
         tenant = make_tenant(conn)
         agent = make_agent(conn, tenant)
@@ -366,6 +367,11 @@ async def test_a_claim_whose_connection_died_after_checkout_claims_the_run_once(
                            " 'run', 'api', now()) RETURNING id", (tenant, agent)).fetchone()[0]
         conn.execute("INSERT INTO queue_tasks (name, kind, execution_id) VALUES (%s, 'run', %s)",
                      (str(run), run))
+    return run
+
+
+async def test_a_claim_whose_connection_died_after_checkout_claims_the_run_once(pool, db_url):
+    run = queued_run(db_url)
     with checkout_gate():
         claim = asyncio.create_task(claim_queued_runs_once_more(pool, limit=4, worker_id="test"))
         await kill_at_the_gate(db_url)
@@ -377,16 +383,9 @@ async def test_a_claim_whose_connection_died_after_checkout_claims_the_run_once(
 
 async def test_without_the_wrapper_that_claim_fails_before_sending_and_claims_nothing(
         pool, db_url):
-    # What the wrapper is for (worker/runner.py calls claim_queued_runs itself today): the
+    # What the wrapper is for (worker/runner.py claims through it): without it the
     # statement is refused before it is sent, so the run is still queued for the next poll.
-    with psycopg.connect(db_url) as conn:
-        tenant = make_tenant(conn)
-        agent = make_agent(conn, tenant)
-        run = conn.execute("INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
-                           " trigger_source, scheduled_for) VALUES (gen_random_uuid(), %s, %s,"
-                           " 'run', 'api', now()) RETURNING id", (tenant, agent)).fetchone()[0]
-        conn.execute("INSERT INTO queue_tasks (name, kind, execution_id) VALUES (%s, 'run', %s)",
-                     (str(run), run))
+    run = queued_run(db_url)
     with checkout_gate():
         claim = asyncio.create_task(claim_queued_runs(pool, limit=4, worker_id="test"))
         await kill_at_the_gate(db_url)

@@ -34,8 +34,8 @@ processes through bench/chaos_fleet.py: one `tickwork api`, 1-2 `tickwork schedu
   rows kept per completed run (row slope / run rate) and bytes per run. "growing" when more than
   0.02 rows per run are kept, or bytes rose in every one of those windows (three at least) by
   more than 64 bytes per run; otherwise "level". The journal (run_events) is dropped a month
-  at a time, so within a soak it keeps each run's own events: "by_month" while it keeps no more
-  than a one-turn run's 4 rows per run (+0.02), else "growing".
+  at a time, so within a soak it keeps each run's own events: "by_month" while, counted once
+  the fleet has stopped, it holds no more than a one-turn run's 5 rows per run; else "growing".
 
 Readable lines go to stdout as it runs; the very last line is one JSON object. Exit status 1 when
 a table grows without bound or a process exited on its own.
@@ -70,10 +70,13 @@ SAMPLE_EVERY_S = 10.0
 COMMIT_LAG_S = 5.0  # a run is counted once its started_at is this old: its commit is visible
 GROWING_ROWS_PER_RUN = 0.02
 # The journal is dropped a month at a time (migration 0055), never row by row, so within a soak
-# it keeps every run's events: run_start, step_start, content_delta, run_complete for a one-turn
-# run. Its verdict is "by_month" while it keeps no more than those rows per run.
+# it keeps every run's own events: a one-turn run's run_start, step_start, content_delta,
+# gate_decision and run_complete. Its verdict is "by_month" while, counted exactly once the
+# fleet has stopped, it holds no more rows per run than those (a run cut off holds fewer);
+# the slope per completed run is only reported: runs in flight at a window's edges skew it.
 JOURNAL = "run_events"
-JOURNAL_ROWS_PER_RUN = 4
+JOURNAL_EVENTS_PER_RUN = 5
+JOURNAL_COUNT = "SELECT count(*), count(DISTINCT execution_id) FROM run_events"
 GROWING_BYTES_PER_RUN = 64.0
 
 
@@ -267,6 +270,17 @@ def table_sizes(conn: psycopg.Connection) -> dict[str, dict[str, int]]:
     return sizes
 
 
+def journal_count(url: str) -> dict[str, int] | None:
+    """The journal's rows and the runs they belong to, once the fleet has stopped."""
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            rows, runs = conn.execute(JOURNAL_COUNT).fetchone()
+    except psycopg.Error as exc:
+        say(f"the journal could not be counted: {exc}")
+        return None
+    return {"rows": rows, "runs": runs}
+
+
 def rss_mb(pid: int) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -305,9 +319,11 @@ def window_line(window: dict) -> str:
 
 # --- verdict --------------------------------------------------------------------------------------
 
-def verdicts(windows: list[dict], settled_s: float) -> dict[str, dict]:
+def verdicts(windows: list[dict], settled_s: float,
+             journal_rows_per_run: float | None = None) -> dict[str, dict]:
     """Per table: rows and bytes kept per completed run over the windows after ``settled_s``
-    (at least the last two windows)."""
+    (at least the last two windows). ``journal_rows_per_run``: the journal's rows over its runs,
+    counted once the fleet has stopped (the journal's verdict)."""
     if len(windows) < 2:
         return {}
     start = next((i for i, w in enumerate(windows) if w["t_s"] - w["span_s"] >= settled_s),
@@ -330,8 +346,8 @@ def verdicts(windows: list[dict], settled_s: float) -> dict[str, dict]:
         bytes_per_run = grown / runs if runs else 0.0
         rising = len(steps) >= 3 and all(step > GROWING_BYTES_PER_RUN * max(w["runs"], 1)
                                          for step, w in zip(steps, span))
-        if table == JOURNAL:
-            growing = per_run > JOURNAL_ROWS_PER_RUN + GROWING_ROWS_PER_RUN
+        if table == JOURNAL and journal_rows_per_run is not None:
+            growing = journal_rows_per_run > JOURNAL_EVENTS_PER_RUN
             verdict = "growing" if growing else "by_month"
         else:
             growing = per_run > GROWING_ROWS_PER_RUN or rising
@@ -385,8 +401,10 @@ def soak(args: argparse.Namespace, root: Path) -> dict:
         for thread in threads:
             thread.stop.set()
         fleet.stop_all()
+        journal = journal_count(url)
         server.stop()
-    return {"windows": windows, "api_sent": api_load.sent, "api_errors": api_load.errors,
+    return {"windows": windows, "journal": journal,
+            "api_sent": api_load.sent, "api_errors": api_load.errors,
             "api_behind_s": round(api_load.behind_s, 1), "retention_rounds": retention.rounds,
             "retention_errors": retention.errors, "sample_errors": pickups.errors,
             "unexpected_exits": fleet.unexpected_exits}
@@ -402,7 +420,8 @@ def measure(args: argparse.Namespace, url: str, fleet: Fleet, pickups: Pickups) 
         windows.append(baseline)
         next_report = args.report_every
         duration = args.minutes * 60
-        while (elapsed := time.monotonic() - begun) < duration:
+        while True:  # the last window ends at the duration and is reported too
+            elapsed = time.monotonic() - begun
             fleet.restart_the_dead(elapsed)
             wait = min(next_report, duration) - elapsed
             if wait > 0:
@@ -421,14 +440,20 @@ def measure(args: argparse.Namespace, url: str, fleet: Fleet, pickups: Pickups) 
             cpu = now_cpu
             windows.append(window)
             say(window_line(window))
+            if elapsed >= duration:
+                return windows
             next_report += args.report_every
-    return windows
 
 
 def report(args: argparse.Namespace, result: dict) -> int:
     windows = result["windows"]
     settled = args.retention_minutes * 60 + 90  # the horizon, a tick and a retention round
-    found = verdicts(windows, settled)
+    journal = result.get("journal")
+    journal_per_run = journal["rows"] / journal["runs"] if journal and journal["runs"] else None
+    found = verdicts(windows, settled, journal_per_run)
+    if journal_per_run is not None:
+        say(f"journal: {human(journal['rows'])} rows of {human(journal['runs'])} runs, "
+            f"{journal_per_run:.3f} per run (dropped a month at a time)")
     for table, v in found.items():
         say(f"{table:19s} {v['verdict']:8s} {v['rows_per_run']:+.4f} rows/run "
             f"{v['bytes_per_run']:+9.1f} B/run over the last {v['over_s']}s; now "
@@ -455,6 +480,7 @@ def report(args: argparse.Namespace, result: dict) -> int:
         "api_retries": len(API_RETRIES), "api_client_behind_s": result["api_behind_s"],
         "retention_rounds": result["retention_rounds"],
         "rss_mb_first": measured[0]["rss_mb"] if measured else {}, "rss_mb_last": rss_end,
+        "journal_rows_per_run": round(journal_per_run, 3) if journal_per_run else None,
         "tables": found, "growing": growing,
         "unexpected_exits": len(result["unexpected_exits"]),
         "ok": not growing and not result["unexpected_exits"]}))

@@ -498,3 +498,15 @@ async def events_after(conn: AsyncConnection, execution_id: UUID, after: int,
     cursor = await conn.execute(QUERIES["list_run_events"], {
         "execution_id": execution_id, "after": after, "limit": limit})
     return await cursor.fetchall()
+
+
+async def events_after_each(conn: AsyncConnection, afters: dict[UUID, int],
+                            limit: int = 1000) -> dict[UUID, list[dict[str, Any]]]:
+    """Each run's events after its own seq (at most ``limit`` per run), in one statement; a run
+    with nothing new is absent from the answer."""
+    cursor = await conn.execute(QUERIES["list_run_events_of_runs"], {
+        "execution_ids": list(afters), "afters": list(afters.values()), "limit": limit})
+    found: dict[UUID, list[dict[str, Any]]] = {}
+    for row in await cursor.fetchall():
+        found.setdefault(row.pop("execution_id"), []).append(row)
+    return found

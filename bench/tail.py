@@ -172,17 +172,20 @@ API_PROFILER = textwrap.dedent('''
     wrap(AsyncConnectionPool, "getconn",
          lambda a: "(pool.getconn: waiting for a connection + check)")
     from tickwork.scheduler.api import hub
-    original_refresh = hub.EventHub.refresh
-    async def refresh(self, run_id, *, notified=False):
-        key = ("(hub.refresh after a NOTIFY" if notified else "(hub.refresh by the poll")
-        key += (", run tailed)" if run_id in self._feeds else ", nobody tails it)")
+    many = hasattr(hub.EventHub, "refresh_runs")  # one read for many runs (else one per run)
+    name = "refresh_runs" if many else "refresh"
+    original_refresh = getattr(hub.EventHub, name)
+    async def refresh(self, run_ids, *, notified=False):
+        tailed = any(r in self._feeds for r in (run_ids if many else [run_ids]))
+        key = (f"(hub.{name} after a NOTIFY" if notified else f"(hub.{name} by the poll")
+        key += (", run tailed)" if tailed else ", nobody tails it)")
         started = time.perf_counter()
         try:
-            return await original_refresh(self, run_id, notified=notified)
+            return await original_refresh(self, run_ids, notified=notified)
         finally:
             count[key] += 1
             seconds[key] += time.perf_counter() - started
-    hub.EventHub.refresh = refresh
+    setattr(hub.EventHub, name, refresh)
     main_id = threading.get_ident()
     leaf, inclusive, samples = collections.Counter(), collections.Counter(), [0]
     stop = threading.Event()
@@ -219,11 +222,12 @@ API_PROFILER = textwrap.dedent('''
 
 
 # Runs ``tickwork worker`` in this child with every RunJournal.emit stamped (time.time(), taken
-# before the event is buffered); the stamps go to STAMPS_OUT as JSON when the worker stops.
+# before the event is buffered) and every journal statement (write_batch) timed, with the runs'
+# objects it carried (parsed only at the end); both go to STAMPS_OUT as JSON when it stops.
 WORKER_STAMPER = textwrap.dedent('''
     import json, os, sys, time
     from tickwork.sql import journal
-    stamps = []
+    stamps, writes = [], []
     original = journal.RunJournal.emit
     def emit(self, type, payload, parent=None):
         emitted = time.time()
@@ -231,6 +235,13 @@ WORKER_STAMPER = textwrap.dedent('''
         stamps.append((str(self.execution_id), seq, emitted))
         return seq
     journal.RunJournal.emit = emit
+    original_write = journal.write_batch
+    async def write_batch(pool, runs):
+        started = time.time()
+        found = await original_write(pool, runs)
+        writes.append((started, time.time(), runs))
+        return found
+    journal.write_batch = write_batch
     sys.argv = ["tickwork", "worker", "--concurrency", sys.argv[1]]
     from tickwork.cli import main
     try:
@@ -238,9 +249,28 @@ WORKER_STAMPER = textwrap.dedent('''
     except SystemExit:
         pass
     finally:
+        landed = []  # (started, committed, [(run id, [seqs])]) per statement
+        for started, ended, runs in writes:
+            parsed = [json.loads(run) for run in runs]
+            landed.append((started, ended, [(r["id"], [e["seq"] for e in r["events"]])
+                                            for r in parsed]))
         with open(os.environ["STAMPS_OUT"], "w") as f:
-            json.dump(stamps, f)
+            json.dump({"emitted": stamps, "writes": landed}, f)
 ''')
+
+
+def code_python(root: Path | None) -> list[str]:
+    """The Python that runs the API and the worker: this checkout's, or with --code-root
+    another checkout's own virtualenv (`pip install -e .` there maps tickwork.scheduler to its
+    folders, which PYTHONPATH alone cannot do); -P keeps this checkout's folder (the working
+    directory) from coming ahead of that one's."""
+    if root is None:
+        return [sys.executable]
+    python = root.resolve() / ".venv" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"--code-root {root}: no {python}; make one there with "
+                         "`python3 -m venv .venv && .venv/bin/pip install -e .`")
+    return [str(python), "-P"]
 
 
 class StampedWorker(BenchProcess):
@@ -248,19 +278,23 @@ class StampedWorker(BenchProcess):
 
     name = "worker"
 
-    def __init__(self, url: str, concurrency: int, log_path: Path, stamps_out: Path) -> None:
+    def __init__(self, url: str, concurrency: int, log_path: Path, stamps_out: Path,
+                 python: list[str]) -> None:
         self.stamps_out = stamps_out
         stamps_out.unlink(missing_ok=True)
-        super().__init__([sys.executable, "-c", WORKER_STAMPER, str(concurrency)],
+        super().__init__([*python, "-c", WORKER_STAMPER, str(concurrency)],
                          {**os.environ, "TICKWORK_DATABASE_URL": url,
                           "STAMPS_OUT": str(stamps_out)}, log_path, mode="a")
 
-    def stamps(self) -> dict[tuple[str, int], float]:
-        """(run id, seq) -> emission time; empty if the worker wrote none (it died)."""
+    def stamps(self) -> tuple[dict[tuple[str, int], float], list[tuple[float, float, list]]]:
+        """(run id, seq) -> emission time, and the journal statements (started, committed,
+        [(run id, [seqs])]); empty if the worker wrote none (it died)."""
         try:
-            return {(run, seq): at for run, seq, at in json.loads(self.stamps_out.read_text())}
+            found = json.loads(self.stamps_out.read_text())
         except (OSError, ValueError):
-            return {}
+            return {}, []
+        return ({(run, seq): at for run, seq, at in found["emitted"]},
+                [tuple(write) for write in found["writes"]])
 
 
 class ApiProcess(BenchProcess):
@@ -268,14 +302,14 @@ class ApiProcess(BenchProcess):
 
     name = "API"
 
-    def __init__(self, url: str, port: int, log_path: Path, profile_out: Path | None) -> None:
+    def __init__(self, url: str, port: int, log_path: Path, profile_out: Path | None,
+                 python: list[str]) -> None:
         self.port, self.profile_out = port, profile_out
         env = {**os.environ, "TICKWORK_DATABASE_URL": url}
         if profile_out is None:
-            command = [sys.executable, "-m", "tickwork.cli", "api", "--host", HOST,
-                       "--port", str(port)]
+            command = [*python, "-m", "tickwork.cli", "api", "--host", HOST, "--port", str(port)]
         else:
-            command = [sys.executable, "-c", API_PROFILER, HOST, str(port)]
+            command = [*python, "-c", API_PROFILER, HOST, str(port)]
             env["PROFILE_OUT"] = str(profile_out)
         super().__init__(command, env, log_path, stdout_to_log=True)
 
@@ -517,6 +551,10 @@ class PhaseResult:
     batches: int = 0  # reads that delivered events, summed over subscribers
     mismatch_kinds: collections.Counter = field(default_factory=collections.Counter)
     mismatch_example: str = ""
+    writes: int = 0  # the worker's journal statements
+    write_gaps_ms: list[float] = field(default_factory=list)  # between their commits
+    emit_to_commit_ms: list[float] = field(default_factory=list)  # in the worker, per event
+    commit_to_client_ms: list[float] = field(default_factory=list)  # hub + send, per frame
 
 
 async def wait_runs_done(conn: psycopg.AsyncConnection, run_ids: list[str],
@@ -598,7 +636,8 @@ async def run_phase(label: str, url: str, api: httpx.AsyncClient, api_proc: ApiP
     api_cpu_before = process_cpu_s(api_proc.pid)
     bench_cpu_before = time.process_time()
     marks: dict[str, Any] = {}
-    worker = StampedWorker(url, args.concurrency, log_path, log_path.with_name("stamps.json"))
+    worker = StampedWorker(url, args.concurrency, log_path, log_path.with_name("stamps.json"),
+                           code_python(args.code_root))
 
     def first_start() -> None:
         marks["worker_cpu"] = process_cpu_s(worker.pid)
@@ -664,9 +703,28 @@ async def run_phase(label: str, url: str, api: httpx.AsyncClient, api_proc: ApiP
                          busy_pct=busy_pct(marks.get("machine"), machine_end),
                          commits=commits, connected=connected.ok, failed=connected.failed)
     result.first_ts = min(all_ts)
+    emitted, writes = worker.stamps()
+    committed = attribute_writes(result, emitted, writes)
     if subs:
-        check_subscribers(result, subs, journal, rows, worker.stamps())
+        check_subscribers(result, subs, journal, rows, emitted, committed)
     return result
+
+
+def attribute_writes(result: PhaseResult, emitted: dict[tuple[str, int], float],
+                     writes: list[tuple[float, float, list]]) -> dict[tuple[str, int], float]:
+    """The worker's side of the latency: the gaps between its journal commits and each
+    event's wait from emission to the commit that carried it; (run id, seq) -> commit time."""
+    committed: dict[tuple[str, int], float] = {}
+    ends = sorted(ended for _, ended, _ in writes)
+    result.writes = len(ends)
+    result.write_gaps_ms = [1000 * (b - a) for a, b in zip(ends, ends[1:])]
+    for _, ended, runs in writes:
+        for run_id, seqs in runs:
+            for seq in seqs:
+                committed.setdefault((run_id, seq), ended)
+    result.emit_to_commit_ms = [1000 * (committed[key] - at) for key, at in emitted.items()
+                                if key in committed]
+    return committed
 
 
 def mismatch_kinds(seqs: list[int], expected: list[int], events: list[tuple[float, dict]],
@@ -711,7 +769,8 @@ class _suppress_timeout:
 
 def check_subscribers(result: PhaseResult, subs: list[Subscriber],
                       journal: dict[str, list[int]], rows: list[tuple],
-                      emitted: dict[tuple[str, int], float]) -> None:
+                      emitted: dict[tuple[str, int], float],
+                      committed: dict[tuple[str, int], float]) -> None:
     """Latency of every received event from its emission (from its ts where it was not emitted
     by the run: run_start), and whether each subscriber got its run's whole journal in order,
     each event once."""
@@ -744,6 +803,9 @@ def check_subscribers(result: PhaseResult, subs: list[Subscriber],
             if ts is None:
                 continue
             result.commit_latencies_ms.append(1000 * (arrived - ts))
+            if (sub.run_id, event["seq"]) in committed:
+                result.commit_to_client_ms.append(
+                    1000 * (arrived - committed[sub.run_id, event["seq"]]))
             at = emitted.get((sub.run_id, event["seq"]))
             if at is None:
                 result.unstamped += 1
@@ -781,6 +843,19 @@ def report_phase(res: PhaseResult) -> None:
         f"{share(cpu['pg_worker_s'])}; API {share(cpu['api_s'])}, its backends "
         f"{share(cpu['pg_api_s'])}; this bench {share(cpu['bench_s'])}; "
         f"{res.commits:,} database commits ({res.commits / res.span_s:,.0f}/s)")
+    gaps, waits = res.write_gaps_ms, res.emit_to_commit_ms
+    api_ms = None if cpu["api_s"] is None or not res.writes else 1000 * cpu["api_s"] / res.writes
+    if gaps and waits:
+        say(f"    worker: {res.writes:,} journal statements, gaps between their commits p50 "
+            f"{percentile(gaps, 50):.1f} / p99 {percentile(gaps, 99):.1f} / max {max(gaps):.1f}"
+            f" ms; emission -> commit p50 {percentile(waits, 50):.1f} / p99 "
+            f"{percentile(waits, 99):.1f} ms; API CPU per statement "
+            + ("?" if api_ms is None else f"{api_ms:.2f} ms"))
+    if res.commit_to_client_ms:
+        sent = res.commit_to_client_ms
+        say(f"    commit (the worker's statement returned) -> client: p50 "
+            f"{percentile(sent, 50):.1f} / p95 {percentile(sent, 95):.1f} / p99 "
+            f"{percentile(sent, 99):.1f} ms")
     if res.subscribers:
         lat = res.latencies_ms
         say(f"    {len(lat):,} events received by {res.connected} subscribers: emission -> "
@@ -844,6 +919,10 @@ def parse_args() -> argparse.Namespace:
                         help="raw: minimal asyncio HTTP reader; httpx: httpx streaming")
     parser.add_argument("--profile-api", action="store_true",
                         help="sample the API's stack and count its statements")
+    parser.add_argument("--code-root", type=Path, default=None,
+                        help="run the API and the worker from another checkout (e.g. a git "
+                             "worktree of an older commit, with its own .venv), for a "
+                             "before/after in one hour")
     args = parser.parse_args()
     if min(args.subscribers, args.runs, args.concurrency, args.turns, args.rounds) < 1:
         parser.error("--subscribers, --runs, --concurrency, --turns and --rounds must be >= 1")
@@ -865,7 +944,7 @@ async def bench(url: str, args: argparse.Namespace, scratch: Path) -> dict[str, 
     token, operator_token = make_token(url), make_token(url, "--operator")
     port = free_port()
     profile_out = scratch / "api-profile.json" if args.profile_api else None
-    api_proc = ApiProcess(url, port, scratch / "api.log", profile_out)
+    api_proc = ApiProcess(url, port, scratch / "api.log", profile_out, code_python(args.code_root))
     phases: list[PhaseResult] = []
     batches_b = 0
     try:
@@ -978,6 +1057,18 @@ def main() -> None:
         "subscribers_failed": failed,
         "mismatched_subscribers": mismatched,
         "missing_events": sum(p.missing_events for p in b),
+        "emit_to_commit_p50_ms": r1(percentile(
+            [ms for p in b for ms in p.emit_to_commit_ms], 50), 2),
+        "emit_to_commit_p99_ms": r1(percentile(
+            [ms for p in b for ms in p.emit_to_commit_ms], 99), 2),
+        "commit_to_client_p50_ms": r1(percentile(
+            [ms for p in b for ms in p.commit_to_client_ms], 50), 2),
+        "commit_to_client_p99_ms": r1(percentile(
+            [ms for p in b for ms in p.commit_to_client_ms], 99), 2),
+        "write_gap_p99_ms": r1(percentile([ms for p in b for ms in p.write_gaps_ms], 99), 2),
+        "api_cpu_ms_per_write": r1(statistics.median(
+            1000 * p.cpu["api_s"] / p.writes for p in b
+            if p.cpu.get("api_s") is not None and p.writes) if b else None, 3),
         "api_cpu_pct_with": cpu_pct(b, "api_s"),
         "api_cpu_pct_without": cpu_pct(a, "api_s"),
         "api_pg_cpu_pct_with": cpu_pct(b, "pg_api_s"),
@@ -998,6 +1089,7 @@ def main() -> None:
         "rounds": args.rounds,
         "client": args.client,
         "profiled_api": args.profile_api,
+        "code_root": str(args.code_root or ROOT),
         "ts_note": "commit_*: ts = clock_timestamp() at INSERT (before COMMIT), slightly overstated",
         "server": "url" if os.environ.get("TICKWORK_DATABASE_URL") else "embedded",
     }

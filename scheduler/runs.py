@@ -180,6 +180,14 @@ async def list_run_events(conn: AsyncConnection, run_id: UUID, after: int) -> li
     return [pick(row, EVENT_FIELDS) for row in rows]
 
 
+async def ended_without_terminal_events(conn: AsyncConnection, run_ids: list[UUID]) -> set[UUID]:
+    """Which of these runs are gone or ended without a run_complete (one statement)."""
+    cursor = await conn.execute(QUERIES["list_execution_statuses"], {"ids": run_ids})
+    alive = {row["id"] for row in await cursor.fetchall()
+             if row["status"] not in ("failed", "cancelled")}
+    return {run_id for run_id in run_ids if run_id not in alive}
+
+
 async def ended_without_terminal_event(conn: AsyncConnection, run_id: UUID) -> bool:
     """Whether the run is gone or ended without a run_complete (cancelled before it started):
     a tail of it has nothing more to wait for."""

@@ -11,7 +11,6 @@ from psycopg import AsyncConnection
 
 from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.scheduler.api.hub import EventHub
-from tickwork.scheduler.api.revocation import until_ended
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool, TenantConnection
 from tickwork.scheduler.api.throttle import AuthThrottle, TooManyFailures, client_address
 from tickwork.scheduler.tokens import TOKEN_CACHE, Principal, authenticate
@@ -128,15 +127,3 @@ async def token_manager(principal: Principal = Depends(any_principal)) -> Princi
 def hub_of(request: Request) -> EventHub:
     """The process's one event hub, started with the app (scheduler/api/app.py)."""
     return request.app.state.hub
-
-
-async def until_revoked(app, body, token_id: UUID | None = None):
-    """A tail whose token (or the token that minted its ticket) is revoked or expires ends
-    within about a second (the hub counts open tails for the metrics)."""
-    if token_id is None:
-        async for chunk in body:
-            yield chunk
-        return
-    async with app.state.revocation_watch.watch(token_id) as ended:
-        async for chunk in until_ended(body, ended):
-            yield chunk

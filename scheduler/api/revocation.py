@@ -8,7 +8,7 @@ open tails have ended (one query for all of them), and ends those tails."""
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from typing import AsyncIterator
 from uuid import UUID
 
@@ -23,14 +23,18 @@ log = structlog.get_logger()
 class RevocationWatch:
     def __init__(self, pool: AsyncConnectionPool, *, interval_seconds: float = 1.0) -> None:
         self._pool, self._interval = pool, interval_seconds
-        self._watched: dict[UUID, set[asyncio.Event]] = {}
+        # token id -> (ended, the stream's wake-up or None) of each open tail behind it
+        self._watched: dict[UUID, set[tuple[asyncio.Event, asyncio.Event | None]]] = {}
         self._task: asyncio.Task | None = None
 
     @asynccontextmanager
-    async def watch(self, token_id: UUID) -> AsyncIterator[asyncio.Event]:
-        """An event set when ``token_id`` is revoked or expires, for as long as the block runs."""
+    async def watch(self, token_id: UUID,
+                    wake: asyncio.Event | None = None) -> AsyncIterator[asyncio.Event]:
+        """An event set when ``token_id`` is revoked or expires, for as long as the block runs;
+        ``wake`` (a stream's own wake-up) is set with it."""
         ended = asyncio.Event()
-        self._watched.setdefault(token_id, set()).add(ended)
+        entry = (ended, wake)
+        self._watched.setdefault(token_id, set()).add(entry)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._poll())
         try:
@@ -38,7 +42,7 @@ class RevocationWatch:
         finally:
             waiting = self._watched.get(token_id)
             if waiting is not None:
-                waiting.discard(ended)
+                waiting.discard(entry)
                 if not waiting:
                     del self._watched[token_id]
 
@@ -53,32 +57,7 @@ class RevocationWatch:
                 log.warning("token_watch_failed", error=type(exc).__name__)
                 continue
             for row in rows:
-                for ended in self._watched.pop(row["id"], ()):
+                for ended, wake in self._watched.pop(row["id"], ()):
                     ended.set()
-
-
-async def until_ended(body: AsyncIterator[bytes], ended: asyncio.Event) -> AsyncIterator[bytes]:
-    """``body``'s chunks until it ends or ``ended`` is set, whichever comes first."""
-    stop = asyncio.ensure_future(ended.wait())
-    chunks = body.__aiter__()
-    following: asyncio.Future | None = None
-    try:
-        while True:
-            following = asyncio.ensure_future(chunks.__anext__())
-            await asyncio.wait({following, stop}, return_when=asyncio.FIRST_COMPLETED)
-            if not following.done():
-                return  # the token ended: the finally below stops the body
-            try:
-                chunk = following.result()
-            except StopAsyncIteration:
-                return
-            yield chunk
-    finally:
-        stop.cancel()
-        if following is not None and not following.done():
-            following.cancel()
-            with suppress(asyncio.CancelledError, StopAsyncIteration):
-                await following
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            await aclose()
+                    if wake is not None:
+                        wake.set()

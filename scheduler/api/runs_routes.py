@@ -6,12 +6,11 @@ from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import StreamingResponse
 
 from tickwork.scheduler import runs
 from tickwork.scheduler.api.deps import (Session, hub_of, pool_of, principal_only, session,
-                                         settings_of, until_revoked)
-from tickwork.scheduler.api.tail import MAX_SEQ, resume_point, stream
+                                         settings_of)
+from tickwork.scheduler.api.tail import MAX_SEQ, TailResponse, resume_point
 from tickwork.scheduler.pagination import check_limit
 from tickwork.scheduler.runs import get_run
 from tickwork.scheduler.serialize import parse_utc, utc_text
@@ -50,11 +49,9 @@ async def events(run_id: UUID, request: Request, after: Annotated[int, Query(ge=
         await runs.check_resumable(conn, principal, run_id, resume)
         if "application/json" in request.headers.get("accept", ""):
             return {"items": await runs.list_run_events(conn, run_id, resume)}
-    body = until_revoked(request.app, stream(hub_of(request), pool_of(request), run_id, resume,
-                                             keepalive=settings_of(request).sse_keepalive_seconds),
-                         token_id=principal.token_id)
-    return StreamingResponse(body, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return TailResponse(hub_of(request), pool_of(request), run_id, resume,
+                        keepalive=settings_of(request).sse_keepalive_seconds,
+                        watch=request.app.state.revocation_watch, token_id=principal.token_id)
 
 
 @router.post("/{run_id}/stream-ticket", status_code=201)

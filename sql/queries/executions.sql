@@ -44,6 +44,11 @@ SELECT * FROM executions
 -- run.
 SELECT status FROM executions WHERE id = %(id)s;
 
+-- name: list_execution_statuses
+-- Several runs' statuses, no tenant filter: the hub asks on behalf of tails already scoped to
+-- their runs (a run that is gone is absent).
+SELECT id, status FROM executions WHERE id = ANY (%(ids)s::uuid[]);
+
 -- name: get_execution_tail_state
 -- What a tail needs besides events: whether the run exists for this tenant, its status, and
 -- its last event.

@@ -61,6 +61,18 @@ SELECT seq, parent_seq, type, payload, ts FROM run_events
  ORDER BY seq
  LIMIT %(limit)s;
 
+-- name: list_run_events_of_runs
+-- Several runs' journals, each after its own sequence number, in one statement (the tails'
+-- hub reads every run a wake-up names at once): one page per run, by run then seq. Each run
+-- is its own index range scan on (execution_id, seq).
+SELECT r.execution_id, e.seq, e.parent_seq, e.type, e.payload, e.ts
+  FROM unnest(%(execution_ids)s::uuid[], %(afters)s::integer[]) AS r(execution_id, after)
+ CROSS JOIN LATERAL (SELECT seq, parent_seq, type, payload, ts FROM run_events
+                      WHERE execution_id = r.execution_id AND seq > r.after
+                      ORDER BY seq
+                      LIMIT %(limit)s) e
+ ORDER BY r.execution_id, e.seq;
+
 -- name: count_recent_refusals_and_verdicts
 -- Wall refusals by wall and gate decisions by verdict over the last hour, from the partial
 -- index run_events_metrics_ts_idx. The values come from a closed set in the worker; the LIMIT

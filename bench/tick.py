@@ -45,13 +45,14 @@ from croniter import croniter
 from psycopg import sql as pgsql
 from psycopg_pool import AsyncConnectionPool
 
-# _due and batch_params: --explain builds a batch's parameters exactly as dispatch_once does.
+# DueSchedule, plan_batch and batch_params: --explain builds a batch's parameters exactly as
+# dispatch_once does.
 from scratch import describe_server, say, scratch_database  # bench/scratch.py
-from tickwork.scheduler.dispatcher import _due, batch_params, dispatch_due
-from tickwork.scheduler.planner import CronCache, plan_fire
+from tickwork.scheduler.dispatcher import batch_params, dispatch_due
+from tickwork.scheduler.planner import CronCache, DueSchedule, plan_batch
 from tickwork.sql import QUERIES
 from tickwork.sql.db import open_pool
-from tickwork.sql.ids import new_id
+from tickwork.sql.ids import new_id, new_id_text
 from tickwork.sql.migrate import migrate
 
 SCRATCH_DB = "tickwork_bench_tick"
@@ -312,10 +313,9 @@ def explain_first_batch(url: str, due_ids: list[UUID], batch: int) -> None:
     with psycopg.connect(url, row_factory=psycopg.rows.dict_row) as conn:
         claim = {"now": T, "limit": batch}
         _print_plan(conn, "claim_due_schedules", QUERIES["claim_due_schedules"], claim)
-        rows = conn.execute(QUERIES["claim_due_schedules"], claim).fetchall()
-        cache = CronCache()
-        plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=MISSED_LIMIT)
-                 for row in rows]
+        rows = conn.cursor(row_factory=psycopg.rows.args_row(DueSchedule)).execute(
+            QUERIES["claim_due_schedules"], claim).fetchall()
+        plans = plan_batch(rows, CronCache(), new_id=new_id_text, missed_limit=MISSED_LIMIT)
         _print_plan(conn, "update_claimed_schedules", QUERIES["update_claimed_schedules"], batch_params(plans))
         conn.rollback()
 

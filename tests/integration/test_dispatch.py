@@ -195,8 +195,8 @@ async def test_the_tick_reads_only_due_schedules_whatever_the_number_not_due(db_
     """Work per tick must not grow with schedules that are not due: both statements of a batch
     reach schedules through an index, and the due scan reads exactly the due rows from the
     partial index on next_run, with 20,000 schedules due later and 3 due now."""
-    from tickwork.scheduler.dispatcher import _due, batch_params
-    from tickwork.scheduler.planner import CronCache, plan_fire
+    from tickwork.scheduler.dispatcher import batch_params
+    from tickwork.scheduler.planner import CronCache, DueSchedule, plan_batch
     from tickwork.sql import QUERIES
     from tickwork.sql.ids import new_id
 
@@ -225,10 +225,9 @@ async def test_the_tick_reads_only_due_schedules_whatever_the_number_not_due(db_
         assert indexes == {"schedules_due_idx"}
         conn.rollback()
 
-        rows = conn.cursor(row_factory=psycopg.rows.dict_row).execute(
+        rows = conn.cursor(row_factory=psycopg.rows.args_row(DueSchedule)).execute(
             QUERIES["claim_due_schedules"], claim).fetchall()
-        cache = CronCache()
-        plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=10) for row in rows]
+        plans = plan_batch(rows, CronCache(), new_id=new_id, missed_limit=10)
         assert sorted(p.schedule_id for p in plans) == sorted(due_ids)
         nodes = _explain(conn, QUERIES["update_claimed_schedules"], batch_params(plans))
         scans = [n for n in nodes

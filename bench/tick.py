@@ -15,8 +15,9 @@ floor are measured alternately, ``--repeat`` times per batch size, from the same
          LOCKED and an UPDATE of next_run on the claimed ids, one transaction per batch.
 
 Each run is verified (every due row handled; for the tick one execution and one queue task each)
-and reports its wall time and the WAL it wrote (own records, no full-page images, with
-pg_walinspect). Between runs the due rows are put back, what the
+and reports its wall time, the WAL it wrote (own records, no full-page images, with
+pg_walinspect) and its CPU: this Python process's, and that of the pool's Postgres backends
+(from /proc, so when the server runs on this host). Between runs the due rows are put back, what the
 run wrote is deleted, and the tables are vacuumed. ``--explain`` prints EXPLAIN ANALYZE of the
 tick's first batch; ``--after-checkpoint`` makes every run pay full-page writes.
 
@@ -36,7 +37,7 @@ import sys
 import time
 from collections import defaultdict
 from datetime import datetime, timedelta, timezone
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, NamedTuple
 from uuid import UUID
 
 import psycopg
@@ -45,16 +46,18 @@ from croniter import croniter
 from psycopg import sql as pgsql
 from psycopg_pool import AsyncConnectionPool
 
-# _due and batch_params: --explain builds a batch's parameters exactly as dispatch_once does.
-from scratch import describe_server, say, scratch_database  # bench/scratch.py
-from tickwork.scheduler.dispatcher import _due, batch_params, dispatch_due
-from tickwork.scheduler.planner import CronCache, plan_fire
+# DueSchedule, plan_batch and batch_params: --explain builds a batch's parameters exactly as
+# dispatch_once does.
+from scratch import describe_server, process_cpu_s, say, scratch_database  # bench/scratch.py
+from tickwork.scheduler.dispatcher import batch_params, dispatch_due
+from tickwork.scheduler.planner import CronCache, DueSchedule, plan_batch
 from tickwork.sql import QUERIES
 from tickwork.sql.db import open_pool
-from tickwork.sql.ids import new_id
+from tickwork.sql.ids import new_id, new_id_text
 from tickwork.sql.migrate import migrate
 
 SCRATCH_DB = "tickwork_bench_tick"
+APPLICATION_NAME = "tickwork-bench-tick"  # the measured pool's sessions, found by this name
 # The fixed tick time: Monday 1 September 2025, midnight UTC, so that minutely, hourly, daily,
 # weekly (Monday), weekday and monthly (the 1st) crons all have an aligned fire exactly at T.
 T = datetime(2025, 9, 1, 0, 0, tzinfo=timezone.utc)
@@ -227,7 +230,16 @@ RUNNERS: dict[str, Callable[[AsyncConnectionPool, int], Awaitable[int]]] = {
     "tick": run_tick, "floor": run_floor}
 
 
-Timings = dict[tuple[str, int], list[tuple[float, float]]]  # (kind, batch) -> [(ms, WAL MB)]
+class Run(NamedTuple):
+    """One measured run: wall time, WAL, and CPU of this Python process and of the pool's
+    Postgres backends (None when /proc cannot tell, e.g. a server on another host)."""
+    ms: float
+    wal_mb: float
+    python_cpu_ms: float
+    backend_cpu_ms: float | None
+
+
+Timings = dict[tuple[str, int], list[Run]]  # (kind, batch) -> runs
 
 
 async def measure_dataset(url: str, label: str, due_ids: list[UUID], args: argparse.Namespace
@@ -235,7 +247,7 @@ async def measure_dataset(url: str, label: str, due_ids: list[UUID], args: argpa
     """Time tick and floor ``repeat`` times per batch size, alternating which goes first so that
     drift on a noisy machine lands on both."""
     timings: Timings = defaultdict(list)
-    pool = await open_pool(url, application_name="tickwork-bench-tick", min_size=1, max_size=2)
+    pool = await open_pool(url, application_name=APPLICATION_NAME, min_size=1, max_size=2)
     try:
         with psycopg.connect(url, autocommit=True) as admin:
             for rep in range(args.repeat):
@@ -243,28 +255,57 @@ async def measure_dataset(url: str, label: str, due_ids: list[UUID], args: argpa
                 for batch in BATCH_SIZES:
                     for kind in order:
                         reset(admin, due_ids, checkpoint_last=args.after_checkpoint)
-                        ms, wal_mb = await _measure_one(pool, admin, kind, batch, len(due_ids))
-                        timings[(kind, batch)].append((ms, wal_mb))
+                        run = await _measure_one(pool, admin, kind, batch, len(due_ids))
+                        timings[(kind, batch)].append(run)
                         say(f"  {label}  rep {rep + 1}/{args.repeat}  {kind:<5}  batch {batch:>5}:"
-                            f" {ms:8.1f} ms  {wal_mb:6.1f} MB WAL")
+                            f" {run.ms:8.1f} ms  {run.wal_mb:6.1f} MB WAL  CPU python "
+                            f"{run.python_cpu_ms:6.0f} ms, backend {_ms(run.backend_cpu_ms)}")
     finally:
         await pool.close()
     return timings
 
 
 async def _measure_one(pool: AsyncConnectionPool, admin: psycopg.Connection, kind: str,
-                       batch: int, due: int) -> tuple[float, float]:
-    """Wall time of one run and the WAL it wrote (see own_wal_bytes: without full-page images
-    when pg_walinspect is there, so --after-checkpoint then shows its cost in time only)."""
+                       batch: int, due: int) -> Run:
+    """Wall time of one run, the WAL it wrote (see own_wal_bytes: without full-page images
+    when pg_walinspect is there, so --after-checkpoint then shows its cost in time only) and
+    the CPU it cost on each side of the connection."""
     lsn_before = admin.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+    backends_before = backend_cpu_s(admin)
+    python_before = time.process_time()
     started = time.perf_counter()
     handled = await RUNNERS[kind](pool, batch)
     elapsed_ms = (time.perf_counter() - started) * 1000
+    python_ms = (time.process_time() - python_before) * 1000
+    backend_ms = _cpu_delta_ms(backends_before, backend_cpu_s(admin))
     # Flushed, not inserted: pg_walinspect reads only flushed WAL, and the run's own records
     # are all flushed by its synchronous commits.
     lsn_after = admin.execute("SELECT pg_current_wal_flush_lsn()").fetchone()[0]
     verify(admin, kind, due, handled)
-    return elapsed_ms, own_wal_bytes(admin, lsn_before, lsn_after) / 1e6
+    return Run(elapsed_ms, own_wal_bytes(admin, lsn_before, lsn_after) / 1e6, python_ms,
+               backend_ms)
+
+
+def backend_cpu_s(admin: psycopg.Connection) -> dict[int, float | None]:
+    """CPU seconds so far of each backend serving the bench's pool (by application name), read
+    from /proc: the server must run on this host."""
+    pids = [row[0] for row in admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+        " AND datname = current_database()", (APPLICATION_NAME,))]
+    return {pid: process_cpu_s(pid) for pid in pids}
+
+
+def _cpu_delta_ms(before: dict[int, float | None], after: dict[int, float | None]
+                  ) -> float | None:
+    """CPU the backends spent between the two readings; a backend started meanwhile counts
+    from zero (its start is part of the run)."""
+    if not after or any(v is None for v in after.values()):
+        return None
+    return sum(cpu - (before.get(pid) or 0.0) for pid, cpu in after.items()) * 1000
+
+
+def _ms(value: float | None) -> str:
+    return "?" if value is None else f"{value:6.0f} ms"
 
 
 def own_wal_bytes(admin: psycopg.Connection, start: str, end: str) -> float:
@@ -312,10 +353,9 @@ def explain_first_batch(url: str, due_ids: list[UUID], batch: int) -> None:
     with psycopg.connect(url, row_factory=psycopg.rows.dict_row) as conn:
         claim = {"now": T, "limit": batch}
         _print_plan(conn, "claim_due_schedules", QUERIES["claim_due_schedules"], claim)
-        rows = conn.execute(QUERIES["claim_due_schedules"], claim).fetchall()
-        cache = CronCache()
-        plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=MISSED_LIMIT)
-                 for row in rows]
+        rows = conn.cursor(row_factory=psycopg.rows.args_row(DueSchedule)).execute(
+            QUERIES["claim_due_schedules"], claim).fetchall()
+        plans = plan_batch(rows, CronCache(), new_id=new_id_text, missed_limit=MISSED_LIMIT)
         _print_plan(conn, "update_claimed_schedules", QUERIES["update_claimed_schedules"], batch_params(plans))
         conn.rollback()
 
@@ -335,14 +375,23 @@ def summarize(label: str, timings: Timings) -> dict[str, float]:
     for batch in BATCH_SIZES:
         for kind in ("tick", "floor"):
             runs = timings[(kind, batch)]
-            figures[f"{kind}_{batch}"] = round(statistics.median(ms for ms, _ in runs), 1)
-            figures[f"{kind}_min_{batch}"] = round(min(ms for ms, _ in runs), 1)
-            figures[f"{kind}_wal_mb_{batch}"] = round(statistics.median(mb for _, mb in runs), 1)
+            figures[f"{kind}_{batch}"] = round(statistics.median(r.ms for r in runs), 1)
+            figures[f"{kind}_min_{batch}"] = round(min(r.ms for r in runs), 1)
+            figures[f"{kind}_wal_mb_{batch}"] = round(statistics.median(r.wal_mb for r in runs), 1)
+            figures[f"{kind}_python_cpu_ms_{batch}"] = round(
+                statistics.median(r.python_cpu_ms for r in runs))
+            backend = [r.backend_cpu_ms for r in runs]
+            figures[f"{kind}_backend_cpu_ms_{batch}"] = (
+                None if None in backend else round(statistics.median(backend)))
         figures[f"ratio_{batch}"] = round(figures[f"tick_{batch}"] / figures[f"floor_{batch}"], 2)
         say(f"{label} batch {batch}: tick median {figures[f'tick_{batch}']} ms "
             f"(min {figures[f'tick_min_{batch}']}, {figures[f'tick_wal_mb_{batch}']} MB WAL), "
             f"floor median {figures[f'floor_{batch}']} ms (min {figures[f'floor_min_{batch}']}, "
             f"{figures[f'floor_wal_mb_{batch}']} MB WAL), tick/floor {figures[f'ratio_{batch}']}x")
+        say(f"{label} batch {batch}: CPU median, python/backend: tick "
+            f"{figures[f'tick_python_cpu_ms_{batch}']}/{figures[f'tick_backend_cpu_ms_{batch}']} ms,"
+            f" floor {figures[f'floor_python_cpu_ms_{batch}']}/"
+            f"{figures[f'floor_backend_cpu_ms_{batch}']} ms")
     return figures
 
 
@@ -359,6 +408,11 @@ def final_json(args: argparse.Namespace, small: int, big: dict[str, float],
         "tick_ms_batch5000": big["tick_5000"], "floor_ms_batch5000": big["floor_5000"],
         "ratio_batch5000": big["ratio_5000"],
         "tick_wal_mb": big[f"tick_wal_mb_{b}"], "floor_wal_mb": big[f"floor_wal_mb_{b}"],
+        "tick_python_cpu_ms": big[f"tick_python_cpu_ms_{b}"],
+        "tick_backend_cpu_ms": big[f"tick_backend_cpu_ms_{b}"],
+        "floor_python_cpu_ms": big[f"floor_python_cpu_ms_{b}"],
+        "floor_backend_cpu_ms": big[f"floor_backend_cpu_ms_{b}"],
+        "load_1min": round(os.getloadavg()[0], 2),
         "due": args.due, "schedules": args.schedules, "schedules_small": small,
         "batch": b, "repeat": args.repeat, "after_checkpoint": args.after_checkpoint,
         "server": "url" if os.environ.get("TICKWORK_DATABASE_URL") else "embedded",

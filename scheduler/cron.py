@@ -21,6 +21,7 @@ _FIELD_NAMES = ("minute", "hour", "day of month", "month", "day of week")
 # A cron that cannot fire within this many years is refused: it would sit due-never forever.
 _NEVER_FIRES_HORIZON_YEARS = 8
 _MINUTE = timedelta(minutes=1)
+_ZERO = timedelta(0)
 
 
 def invalid_cron(message: str) -> InvalidInput:
@@ -66,21 +67,34 @@ def _refuse_never_firing(expression: str) -> None:
                            "and month fields", code="cron_never_fires", field="cron")
 
 
+def utc(moment: datetime) -> datetime:
+    """``moment`` in UTC. croniter reads a datetime's own fields (its wall clock), so a
+    timestamptz read from a session whose TimeZone is not UTC (09:00 UTC arrives as 14:30+05:30)
+    would make '0 9 * * *' fire at 09:00 in that zone. A naive datetime is taken as UTC."""
+    if moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    if moment.utcoffset() == _ZERO:
+        return moment if moment.tzinfo is timezone.utc else moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
 def floor_minute(moment: datetime) -> datetime:
-    return moment.replace(second=0, microsecond=0)
+    """The UTC minute ``moment`` falls in (floored in UTC, never in a zone of odd offset)."""
+    return utc(moment).replace(second=0, microsecond=0)
 
 
 def is_fire_time(cron: str, moment: datetime) -> bool:
+    moment = utc(moment)
     return moment == floor_minute(moment) and croniter.match(cron, moment)
 
 
 def next_fire_after(cron: str, moment: datetime) -> datetime:
-    """The first fire strictly after ``moment`` (UTC)."""
+    """The first fire strictly after ``moment``, in UTC."""
     return croniter(cron, floor_minute(moment)).get_next(datetime)
 
 
 def latest_fire_at_or_before(cron: str, moment: datetime) -> datetime:
-    """The last fire at or before ``moment`` (UTC)."""
+    """The last fire at or before ``moment``, in UTC."""
     start = floor_minute(moment)
     if croniter.match(cron, start):
         return start
@@ -88,7 +102,8 @@ def latest_fire_at_or_before(cron: str, moment: datetime) -> datetime:
 
 
 def fires_between(cron: str, first: datetime, last: datetime, *, limit: int) -> list[datetime]:
-    """Fires in [first, last], oldest first, at most ``limit`` of them."""
+    """Fires in [first, last], oldest first, at most ``limit`` of them, in UTC."""
+    first, last = utc(first), utc(last)
     fires: list[datetime] = []
     moment = first if is_fire_time(cron, first) else next_fire_after(cron, first)
     iterator = croniter(cron, moment - _MINUTE)

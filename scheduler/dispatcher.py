@@ -12,11 +12,12 @@ from datetime import datetime
 from typing import Any, Iterable
 
 from psycopg import AsyncConnection
+from psycopg.rows import args_row
 from psycopg_pool import AsyncConnectionPool
 
-from tickwork.scheduler.planner import CronCache, DueSchedule, FirePlan, plan_fire
+from tickwork.scheduler.planner import CronCache, DueSchedule, FirePlan, plan_batch
 from tickwork.sql import QUERIES, failpoints
-from tickwork.sql.ids import new_id
+from tickwork.sql.ids import new_id_text
 
 
 @dataclass
@@ -38,20 +39,27 @@ async def dispatch_once(conn: AsyncConnection, *, now: datetime | None, limit: i
                         missed_limit: int, cache: CronCache | None = None) -> DispatchResult:
     """Claim one batch of due schedules and fire them, in one transaction."""
     async with conn.transaction():
-        cursor = await conn.execute(QUERIES["claim_due_schedules"], {"now": now, "limit": limit})
-        rows = await cursor.fetchall()
-        if not rows:
+        schedules = await claim_due(conn, now=now, limit=limit)
+        if not schedules:
             return DispatchResult(batches=1)
-        cache = cache or CronCache()
-        plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=missed_limit)
-                 for row in rows]
+        plans = plan_batch(schedules, cache or CronCache(), new_id=new_id_text,
+                           missed_limit=missed_limit)
         cursor = await conn.execute(QUERIES["update_claimed_schedules"], batch_params(plans))
         counts = await cursor.fetchone()
         await failpoints.hit("tick.after_insert_before_commit")
     await failpoints.hit("tick.after_commit_before_dispatch")
-    return DispatchResult(claimed=len(rows), created=counts["created"],
+    return DispatchResult(claimed=len(schedules), created=counts["created"],
                           skipped_fires=counts["skipped"], batches=1,
-                          tick_time=rows[0]["tick_time"])
+                          tick_time=schedules[0].tick_time)
+
+
+async def claim_due(conn: AsyncConnection, *, now: datetime | None,
+                    limit: int) -> list[DueSchedule]:
+    """Lock one batch of due schedules (in the caller's transaction), each row read straight
+    into a DueSchedule: no dict per row."""
+    cursor = conn.cursor(row_factory=args_row(DueSchedule))
+    await cursor.execute(QUERIES["claim_due_schedules"], {"now": now, "limit": limit})
+    return await cursor.fetchall()
 
 
 async def dispatch_due(pool: AsyncConnectionPool, *, now: datetime | None, batch_size: int,
@@ -68,29 +76,22 @@ async def dispatch_due(pool: AsyncConnectionPool, *, now: datetime | None, batch
             return total
 
 
-def _due(row: dict[str, Any]) -> DueSchedule:
-    return DueSchedule(id=row["id"], cron=row["cron"], next_run=row["next_run"],
-                       overlap=row["overlap"], agent_status=row["agent_status"],
-                       unfinished_execution_id=row["unfinished_execution_id"],
-                       tick_time=row["tick_time"])
+def batch_params(plans: list[FirePlan]) -> dict[str, Any]:
+    """Column arrays for update_claimed_schedules's unnest().
 
-
-def batch_params(plans: list[FirePlan]) -> dict[str, str]:
-    """Column arrays for update_claimed_schedules's unnest(), as array literals.
-
-    Measured at 10,000 due schedules: dumping typed arrays element by element cost more Python
-    time than the statement's unnest; one joined string per column costs a few milliseconds and
-    the server parses it in C. Every element is a uuid, a timestamp, an integer or a fixed
-    reason word, none of which needs quoting in an array literal."""
+    Measured at 10,000 due schedules: uuids and timestamps go as Python lists, which psycopg
+    dumps in binary (in C, about a tenth of the time of formatting their text); execution ids
+    (minted as text), counts and reason words go as joined array literals, none of which needs
+    quoting. Binary timestamps are instants: the session's TimeZone cannot shift them."""
     skipped = [(p.schedule_id, s) for p in plans for s in p.skipped]
     return {
-        "schedule_ids": _literal(p.schedule_id for p in plans),
-        "next_runs": _literal(p.next_run.isoformat() for p in plans),
-        "fire_ats": _literal(p.fire_at and p.fire_at.isoformat() for p in plans),
+        "schedule_ids": [p.schedule_id for p in plans],
+        "next_runs": [p.next_run for p in plans],
+        "fire_ats": [p.fire_at for p in plans],
         "execution_ids": _literal(p.execution_id for p in plans),
         "fires": _literal(p.fires for p in plans),
-        "skip_schedule_ids": _literal(schedule_id for schedule_id, _ in skipped),
-        "skip_times": _literal(s.scheduled_for.isoformat() for _, s in skipped),
+        "skip_schedule_ids": [schedule_id for schedule_id, _ in skipped],
+        "skip_times": [s.scheduled_for for _, s in skipped],
         "skip_reasons": _literal(s.reason for _, s in skipped),
         "skip_execution_ids": _literal(s.execution_id for _, s in skipped),
     }

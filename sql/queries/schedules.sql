@@ -62,8 +62,9 @@ SELECT * FROM (
 -- Lock a batch of due, active schedules; other dispatchers skip them and take the next batch.
 -- tick_time is the one clock of the tick: the caller's fixed time in tests, else the
 -- database's now(), read inside this transaction. unfinished_execution_id is only looked up
--- for overlap = 'skip' (from a partial index of unfinished runs).
-SELECT s.id, s.tenant_id, s.agent_id, s.cron, s.next_run, s.overlap,
+-- for overlap = 'skip' (from a partial index of unfinished runs). The columns are those of
+-- scheduler.planner.DueSchedule, in its order: rows are read straight into it.
+SELECT s.id, s.cron, s.next_run, s.overlap,
        a.status AS agent_status,
        CASE WHEN s.overlap = 'skip' THEN
            (SELECT e.id FROM executions e
@@ -83,13 +84,15 @@ SELECT s.id, s.tenant_id, s.agent_id, s.cron, s.next_run, s.overlap,
 -- In one statement of the claiming transaction: advance next_run, insert one execution per
 -- firing schedule, name a queue task after each new execution, record skipped fires, and
 -- NOTIFY workers (delivered at commit). ON CONFLICT on the one-per-fire index turns a racing
--- writer into a no-op instead of a duplicate.
+-- writer into a no-op instead of a duplicate. uuid and timestamp arrays come in binary.
 WITH plan AS (
-    SELECT * FROM unnest(%(schedule_ids)s::uuid[], %(next_runs)s::timestamptz[],
-                         %(fire_ats)s::timestamptz[], %(execution_ids)s::uuid[],
+    SELECT * FROM unnest(%(schedule_ids)b::uuid[], %(next_runs)b::timestamptz[],
+                         %(fire_ats)b::timestamptz[], %(execution_ids)s::uuid[],
                          %(fires)s::integer[])
              AS p(schedule_id, next_run, fire_at, execution_id, fires)
 ), advanced AS (
+    -- RETURNING hands the inserts below what they need of each schedule, so schedules is
+    -- read once per batch (by primary key), not once more for the executions and the skips.
     UPDATE schedules s
        SET next_run = p.next_run,
            last_run = coalesce(p.fire_at, s.last_run),
@@ -98,15 +101,16 @@ WITH plan AS (
      WHERE s.id = p.schedule_id
        -- The ANY() lets the planner use the primary key; a bare join to the unnest() can
        -- choose a hash join over the whole table, which grows with schedules that are not due.
-       AND s.id = ANY (%(schedule_ids)s::uuid[])
+       AND s.id = ANY (%(schedule_ids)b::uuid[])
+    RETURNING s.id, s.tenant_id, s.agent_id, s.max_attempts, s.timeout_minutes, s.input,
+              p.fire_at, p.execution_id, p.fires
 ), inserted AS (
     INSERT INTO executions (id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source,
                             scheduled_for, fires, max_attempts, timeout_minutes, input)
-    SELECT p.execution_id, s.tenant_id, s.agent_id, s.id, 'schedule', 'cron',
-           p.fire_at, p.fires, s.max_attempts, s.timeout_minutes, s.input
-      FROM plan p JOIN schedules s ON s.id = p.schedule_id
-     WHERE p.fire_at IS NOT NULL
-       AND s.id = ANY (%(schedule_ids)s::uuid[])
+    SELECT a.execution_id, a.tenant_id, a.agent_id, a.id, 'schedule', 'cron',
+           a.fire_at, a.fires, a.max_attempts, a.timeout_minutes, a.input
+      FROM advanced a
+     WHERE a.fire_at IS NOT NULL
     ON CONFLICT (schedule_id, scheduled_for) WHERE retry_of IS NULL AND trigger_source = 'cron'
     DO NOTHING
     RETURNING id
@@ -119,11 +123,11 @@ WITH plan AS (
     RETURNING 1
 ), skipped AS (
     INSERT INTO skipped_fires (schedule_id, scheduled_for, tenant_id, reason, execution_id)
-    SELECT k.schedule_id, k.scheduled_for, s.tenant_id, k.reason, k.execution_id
-      FROM unnest(%(skip_schedule_ids)s::uuid[], %(skip_times)s::timestamptz[],
+    SELECT k.schedule_id, k.scheduled_for, a.tenant_id, k.reason, k.execution_id
+      FROM unnest(%(skip_schedule_ids)b::uuid[], %(skip_times)b::timestamptz[],
                   %(skip_reasons)s::text[], %(skip_execution_ids)s::uuid[])
            AS k(schedule_id, scheduled_for, reason, execution_id)
-      JOIN schedules s ON s.id = k.schedule_id AND s.id = ANY (%(schedule_ids)s::uuid[])
+      JOIN advanced a ON a.id = k.schedule_id
     ON CONFLICT (schedule_id, scheduled_for) DO NOTHING
     RETURNING 1
 ), notified AS (

@@ -195,8 +195,8 @@ async def test_the_tick_reads_only_due_schedules_whatever_the_number_not_due(db_
     """Work per tick must not grow with schedules that are not due: both statements of a batch
     reach schedules through an index, and the due scan reads exactly the due rows from the
     partial index on next_run, with 20,000 schedules due later and 3 due now."""
-    from tickwork.scheduler.dispatcher import _due, batch_params
-    from tickwork.scheduler.planner import CronCache, plan_fire
+    from tickwork.scheduler.dispatcher import batch_params
+    from tickwork.scheduler.planner import CronCache, DueSchedule, plan_batch
     from tickwork.sql import QUERIES
     from tickwork.sql.ids import new_id
 
@@ -225,10 +225,9 @@ async def test_the_tick_reads_only_due_schedules_whatever_the_number_not_due(db_
         assert indexes == {"schedules_due_idx"}
         conn.rollback()
 
-        rows = conn.cursor(row_factory=psycopg.rows.dict_row).execute(
+        rows = conn.cursor(row_factory=psycopg.rows.args_row(DueSchedule)).execute(
             QUERIES["claim_due_schedules"], claim).fetchall()
-        cache = CronCache()
-        plans = [plan_fire(_due(row), cache, new_id=new_id, missed_limit=10) for row in rows]
+        plans = plan_batch(rows, CronCache(), new_id=new_id, missed_limit=10)
         assert sorted(p.schedule_id for p in plans) == sorted(due_ids)
         nodes = _explain(conn, QUERIES["update_claimed_schedules"], batch_params(plans))
         scans = [n for n in nodes
@@ -236,3 +235,32 @@ async def test_the_tick_reads_only_due_schedules_whatever_the_number_not_due(db_
         assert scans and all(n["Node Type"] in ("Index Scan", "Bitmap Heap Scan") for n in scans)
         assert all(n["Actual Rows"] * n.get("Actual Loops", 1) <= 3 for n in scans)
         conn.rollback()
+
+
+async def test_a_session_time_zone_other_than_utc_fires_utc_crons_at_their_utc_time(db_url):
+    """Cron is UTC: a database (or a role, or a pooler) whose TimeZone is Asia/Kolkata hands the
+    tick timestamps at +05:30, and the tick must still fire '0 9 * * *' at 09:00 UTC, record it
+    at 09:00 UTC and move next_run to 09:00 UTC the next day."""
+    from tickwork.sql.db import open_pool
+
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        make_schedules(conn, tenant, agent, [("0 9 * * *", T0), ("30 3 * * *", T0)])
+        conn.execute(f"ALTER DATABASE {conn.info.dbname} SET TimeZone = 'Asia/Kolkata'")
+    pool = await open_pool(db_url, application_name="tickwork-test-kolkata", max_size=2)
+    try:
+        async with pool.connection() as conn:
+            zone = await (await conn.execute("SHOW TimeZone")).fetchone()
+        assert zone["TimeZone"] == "Asia/Kolkata"
+        result = await dispatch_due(pool, now=T0 + timedelta(seconds=30), batch_size=10,
+                                    missed_limit=10)
+    finally:
+        await pool.close()
+    assert (result.claimed, result.created, result.skipped_fires) == (2, 1, 0)
+    assert sql_count(db_url, "SELECT count(*) FROM executions WHERE scheduled_for = %s",
+                     (T0,)) == 1
+    with psycopg.connect(db_url) as conn:
+        next_runs = dict(conn.execute("SELECT cron, next_run FROM schedules").fetchall())
+    assert next_runs == {"0 9 * * *": T0 + timedelta(days=1),
+                         "30 3 * * *": datetime(2026, 3, 2, 3, 30, tzinfo=UTC)}

@@ -59,3 +59,23 @@ def test_fires_between_are_inclusive_and_bounded():
     assert cron.fires_between("* * * * *", at(9, 0), at(9, 3), limit=100) == [
         at(9, 0), at(9, 1), at(9, 2), at(9, 3)]
     assert len(cron.fires_between("* * * * *", at(9, 0), at(10, 0), limit=10)) == 10
+
+
+KOLKATA = __import__("zoneinfo").ZoneInfo("Asia/Kolkata")
+
+
+@pytest.mark.parametrize("expression", ["0 9 * * *", "30 3 * * *", "0 0 * * 1", "*/7 * * * *"])
+def test_cron_math_is_utc_whatever_the_zone_of_the_moment_it_is_given(expression):
+    """A timestamptz read from a session whose TimeZone is Asia/Kolkata comes back at +05:30; the
+    fires are still UTC fires, returned in UTC."""
+    utc = at(9, 0, 20)
+    local = utc.astimezone(KOLKATA)
+    assert cron.next_fire_after(expression, local) == cron.next_fire_after(expression, utc)
+    assert (cron.latest_fire_at_or_before(expression, local)
+            == cron.latest_fire_at_or_before(expression, utc))
+    assert cron.next_fire_after(expression, local).utcoffset().total_seconds() == 0
+    first = at(6, 0)
+    assert (cron.fires_between(expression, first.astimezone(KOLKATA), local, limit=100)
+            == cron.fires_between(expression, first, utc, limit=100))
+    assert cron.is_fire_time("0 9 * * *", at(9, 0).astimezone(KOLKATA))
+    assert not cron.is_fire_time("0 9 * * *", datetime(2026, 3, 1, 9, 0, tzinfo=KOLKATA))

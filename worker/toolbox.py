@@ -137,8 +137,11 @@ class ToolBox:
         context = ToolContext(conn, self._execution_id, f"{self._execution_id}:{step}",
                               self._pool)
         try:
-            return await asyncio.wait_for(spec.function(context, **arguments), self._timeout)
-        except asyncio.TimeoutError:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the call's result
+            # when the run is cancelled just as the call finishes, and the cancel is lost.
+            async with asyncio.timeout(self._timeout):
+                return await spec.function(context, **arguments)
+        except TimeoutError:
             raise local.ToolInputError(
                 f"The call to {spec.key} was stopped after {self._timeout:g} s without "
                 "finishing. It may or may not have had an effect: check before repeating it, "

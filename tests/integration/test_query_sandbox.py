@@ -25,6 +25,7 @@ from tests.integration.workers import WorkerProcess, run_deps, scalar, until
 from tickwork.worker.runner import Worker
 from tickwork.worker.tools.local import ToolInputError, query_file
 from tickwork.worker.tools.offload import maybe_offload, render_result
+from tickwork.worker.tools import sandbox
 from tickwork.worker.tools.sandbox import CHILD, QueryLimits, run_query
 from tickwork.worker.tools.sqlbox import QueryError
 
@@ -123,6 +124,24 @@ async def test_a_cancelled_call_kills_its_query_process(pool):
         with pytest.raises(asyncio.CancelledError):
             await query
     assert not alive(child)
+
+
+async def test_a_call_cancelled_just_as_its_child_is_ready_is_cancelled(monkeypatch):
+    # The race CI met: the cancel arrives as loading finishes. Python 3.11's wait_for then
+    # returned the load's result and the cancel was lost: the query ran on and answered.
+    call = None
+    loaded = sandbox._load
+
+    async def load_then_cancel(child, request):
+        first = await loaded(child, request)
+        call.cancel()  # the caller's cancel, in the same step as the load's answer
+        return first
+
+    monkeypatch.setattr(sandbox, "_load", load_then_cancel)
+    call = asyncio.create_task(run_query(render_result(RECORDS), "SELECT count(*) FROM result"))
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert query_children(os.getpid()) == []
 
 
 async def test_a_query_past_its_memory_limit_is_stopped_and_says_so():

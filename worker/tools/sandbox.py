@@ -75,18 +75,21 @@ async def run_query(stored_text: str, sql: str, limits: QueryLimits = QueryLimit
 
 async def _converse(child: asyncio.subprocess.Process, request: bytes,
                     limits: QueryLimits) -> bytes:
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the inner result when the
+    # caller is cancelled just as it finishes, so a cancelled call went on running its query.
     try:
-        first = await asyncio.wait_for(_load(child, request), limits.load_time_limit_s)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(limits.load_time_limit_s):
+            first = await _load(child, request)
+    except TimeoutError:
         raise QueryError(f"loading the stored result took longer than "
                          f"{limits.load_time_limit_s:g} s and was stopped; read it in slices "
                          "with read_file instead", "time") from None
     if first != b"ready\n":  # the child stopped before the query: its reply, or nothing
         return first + await _read_all(child)
     try:
-        reply = await asyncio.wait_for(_read_all(child),
-                                       limits.time_limit_s + KILL_MARGIN_S)
-    except asyncio.TimeoutError:
+        async with asyncio.timeout(limits.time_limit_s + KILL_MARGIN_S):
+            reply = await _read_all(child)
+    except TimeoutError:
         raise QueryError(f"the query ran longer than {limits.time_limit_s:g} s and was stopped "
                          "(its process was killed); filter, aggregate or add a LIMIT, and avoid "
                          "functions over very long strings", "time") from None

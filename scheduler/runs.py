@@ -34,6 +34,9 @@ from tickwork.sql.notify import Notifier
 from tickwork.sql.vocabulary import RunStatus
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "model_calls")
+# What a run of an agent started through the API is, however it is written (alone here, or in
+# a shared statement: scheduler/run_batch.py).
+API_RUN = {"trigger_type": "run", "trigger_source": "api", "max_attempts": 3}
 
 
 class AgentPaused(Conflict):
@@ -64,8 +67,7 @@ async def start_agent_run(conn: AsyncConnection, principal: Principal, agent_id:
     """A run of an agent (POST /v1/agents/{id}/runs): trigger run, source api. ``body_hash``
     is needed only with an ``idempotency_key``."""
     return await _start_run(conn, principal, idempotency_key, body_hash, notifier, {
-        "agent_id": agent_id, "schedule_id": None, "trigger_type": "run",
-        "trigger_source": "api", "max_attempts": 3, "timeout_minutes": timeout_minutes,
+        "agent_id": agent_id, "schedule_id": None, **API_RUN, "timeout_minutes": timeout_minutes,
         "input": Jsonb(run_input)})
 
 

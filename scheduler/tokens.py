@@ -118,6 +118,13 @@ async def create_token(conn: AsyncConnection, *, tenant: str | None = None, admi
     return token
 
 
+def cached_principal(token: str, cache: TokenCache) -> Principal | None:
+    """The token's principal if the cache holds it (no lookup); None means authenticate."""
+    if not _TOKEN_FORMAT.match(token):
+        return None
+    return cache.get(hash_token(token))
+
+
 async def authenticate(conn: AsyncConnection, token: str,
                        cache: TokenCache | None = None) -> Principal:
     """Resolve a bearer token to its principal, or raise Unauthorized with a reason. Without a

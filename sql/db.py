@@ -18,6 +18,7 @@ from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from tickwork.sql import QUERIES
 from tickwork.sql.errors import Conflict, InvalidInput, TickworkError
 from tickwork.sql.pool import Pool, hung_up, once_more  # noqa: F401 (importable here as before)
 
@@ -142,6 +143,21 @@ _CONSTRAINT_ERRORS: dict[str, tuple[type[TickworkError], str, str]] = {
     "executions_terminal_is_final": (Conflict, "execution_finished",
                                      "the execution has already finished; its state cannot change"),
 }
+
+
+async def execute_as_tenant(conn: psycopg.AsyncConnection, tenant_id: Any, query: str,
+                            params: dict[str, Any]) -> psycopg.AsyncClientCursor:
+    """One statement of a tenant's, on an idle connection, in a single message: the tenant's
+    row-level security key (set_tenant_scope) and the statement sent together as one simple
+    query, which Postgres runs as one implicit transaction (no BEGIN, no COMMIT, one round
+    trip, the key still transaction-local). The parameters are bound by psycopg on this side (a
+    client cursor), the only way to send two statements with parameters in one message. The
+    cursor is returned on the statement's result."""
+    cursor = psycopg.AsyncClientCursor(conn)
+    scope = QUERIES["set_tenant_scope"].rstrip().rstrip(";")
+    await cursor.execute(f"{scope};\n{query}", {**params, "tenant_id": tenant_id})
+    cursor.nextset()  # past set_config's row
+    return cursor
 
 
 def translate_error(exc: psycopg.Error) -> TickworkError | None:

@@ -21,6 +21,7 @@ from tickwork.scheduler.api.run_start import RunStartRoute
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool
 from tickwork.scheduler.api.throttle import AuthThrottle
 from tickwork.scheduler.metrics import AppMetrics
+from tickwork.scheduler.run_batch import RunStartBatcher
 from tickwork.scheduler.settings import SchedulerSettings, parse_networks
 from tickwork.sql.db import open_pool
 from tickwork.sql.notify import Notifier
@@ -55,11 +56,13 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
         if owned:
             app.state.pool = await open_pool(database_url, application_name="tickwork-api")
             app.state.notifier = Notifier(app.state.pool)
+            app.state.run_starts = RunStartBatcher(app.state.pool, app.state.notifier)
         start_hub(app)
         try:
             yield
         finally:
             await stop_hub(app)
+            await app.state.run_starts.drain()
             await app.state.notifier.drain()
             if owned:
                 await app.state.pool.close()
@@ -77,6 +80,7 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
     if pool is not None:
         app.state.pool = pool
         app.state.notifier = Notifier(pool)
+        app.state.run_starts = RunStartBatcher(pool, app.state.notifier)
     for module in (agents_routes, schedules_routes, runs_routes, approvals_routes, ops_routes,
                    tokens_routes, webhooks_routes, stats_routes, viewer):
         app.include_router(module.router)

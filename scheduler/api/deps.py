@@ -13,7 +13,7 @@ from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.scheduler.api.hub import EventHub
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool, TenantConnection
 from tickwork.scheduler.api.throttle import AuthThrottle, TooManyFailures, client_address
-from tickwork.scheduler.tokens import TOKEN_CACHE, Principal, authenticate
+from tickwork.scheduler.tokens import TOKEN_CACHE, Principal, authenticate, cached_principal
 from tickwork.sql.errors import Forbidden, Unauthorized
 from tickwork.sql.notify import Notifier
 
@@ -94,6 +94,17 @@ async def session(request: Request) -> AsyncIterator[Session]:
     async with request.app.state.pool.connection() as conn:
         principal = tenant_only(await authenticated(request, conn))
         yield Session(TenantConnection(conn, principal.tenant_id), principal)
+
+
+async def tenant_principal(request: Request) -> Principal:
+    """A tenant's principal (operator tokens are refused), with a pooled connection only when
+    the token is not in the cache: a request whose statement is written by someone else (a
+    batched run start) holds no connection of its own."""
+    principal = cached_principal(bearer_token(request), TOKEN_CACHE)
+    if principal is None:
+        async with request.app.state.pool.connection() as conn:
+            principal = await authenticated(request, conn)
+    return tenant_only(principal)
 
 
 async def any_principal(request: Request) -> Principal:

@@ -9,7 +9,10 @@ FastAPI route, which also describes the route in the OpenAPI document and words 
 of a malformed request. What it serves goes through the route's own parts: the session
 dependency (the token, the failed-login brake, the tenant's scope), the route's start_run,
 the same error bodies (scheduler/api/errors.py) and the same JSON encoder for the answer
-(pydantic's, as FastAPI uses for a route whose return annotation is dict).
+(pydantic's, as FastAPI uses for a route whose return annotation is dict). A start without an
+Idempotency-Key is written with the other starts that arrive beside it, in one statement
+(scheduler/run_batch.py); its token comes from the token cache when it is there, so such a
+request holds no connection of its own.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tickwork.scheduler.api.agents_routes import start_run
 from tickwork.scheduler.api.body_guard import replay
-from tickwork.scheduler.api.deps import session
+from tickwork.scheduler.api.deps import session, tenant_principal
 from tickwork.scheduler.api.errors import database_response, tickwork_response
 from tickwork.scheduler.models import RunIn
 from tickwork.sql.errors import TickworkError
@@ -89,8 +92,14 @@ def _json_object(body: bytes) -> dict[str, Any]:
 
 async def _serve(scope: Scope, agent_id: UUID, run: RunIn, key: str | None) -> Response:
     try:
-        async with _tenant_session(Request(scope)) as s:
-            started = await start_run(s, agent_id, run, key, scope["app"].state.notifier)
+        if key is None:  # shared statements (scheduler/run_batch.py)
+            principal = await tenant_principal(Request(scope))
+            started = await scope["app"].state.run_starts.start(
+                principal.tenant_id, agent_id, run_input=run.input,
+                timeout_minutes=run.timeout_minutes)
+        else:
+            async with _tenant_session(Request(scope)) as s:
+                started = await start_run(s, agent_id, run, key, scope["app"].state.notifier)
     except TickworkError as exc:
         return tickwork_response(exc)
     except psycopg.Error as exc:

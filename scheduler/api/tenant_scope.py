@@ -15,11 +15,12 @@ from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 from uuid import UUID
 
-from psycopg import AsyncClientCursor, AsyncConnection
+from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES
+from tickwork.sql.db import execute_as_tenant
 
 
 class TenantConnection:
@@ -40,18 +41,11 @@ class TenantConnection:
         return cursor
 
     async def fetch_one_scoped(self, query: str, params: dict[str, Any]) -> Any:
-        """One statement's one row in a single message: the scope and the statement sent
-        together as one simple query, which Postgres runs as one implicit transaction (no
-        BEGIN, no COMMIT, one round trip, the key still transaction-local). The parameters are
-        bound by psycopg on this side (a client cursor), the only way to send two statements
-        with parameters in one message. Inside an open transaction it is a plain statement."""
+        """One statement's one row: with its scope in a single message (execute_as_tenant), or
+        inside an open transaction as a plain statement."""
         if self._conn.info.transaction_status != TransactionStatus.IDLE:
             return await (await self._conn.execute(query, params)).fetchone()
-        cursor = AsyncClientCursor(self._conn)
-        scope = QUERIES["set_tenant_scope"].rstrip().rstrip(";")
-        await cursor.execute(f"{scope};\n{query}",
-                             {**params, "tenant_id": self._tenant_id})
-        cursor.nextset()  # past set_config's row
+        cursor = await execute_as_tenant(self._conn, self._tenant_id, query, params)
         return await cursor.fetchone()
 
     @asynccontextmanager

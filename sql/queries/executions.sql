@@ -17,6 +17,21 @@ SELECT started.agent_status, started.queued, started.created, (started.run).*
                        %(input)s::jsonb, %(idempotency_key)s::text,
                        %(request_hash)s::text) AS started;
 
+-- name: insert_agent_runs
+-- Many keyless run starts of one tenant in one statement and one commit (scheduler/run_batch.py):
+-- the function start_agent_runs (migration 0061) does for each element of %(runs)s what
+-- start_agent_run does for one. One row per element, found by request_id: agent_status NULL
+-- means no such agent of this tenant; id NULL means nothing was queued (a paused agent). Only
+-- the columns a run's answer shows come back.
+SELECT s.request_id, s.agent_status, (s.run).id, (s.run).agent_id, (s.run).schedule_id,
+       (s.run).trigger_type, (s.run).trigger_source, (s.run).status, (s.run).outcome,
+       (s.run).breadcrumb, (s.run).attempt, (s.run).retry_of, (s.run).scheduled_for,
+       (s.run).created_at, (s.run).started_at, (s.run).finished_at, (s.run).fires,
+       (s.run).max_attempts, (s.run).timeout_minutes, (s.run).reason, (s.run).deadline,
+       (s.run).input, (s.run).usage
+  FROM start_agent_runs(%(tenant_id)s::uuid, %(trigger_type)s::text, %(trigger_source)s::text,
+                        %(max_attempts)s::integer, %(runs)s::jsonb) AS s;
+
 -- name: get_execution_by_idempotency_key
 -- The run an earlier request with this Idempotency-Key created, to replay or to refuse a
 -- different body.

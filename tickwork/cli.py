@@ -70,10 +70,11 @@ def api(host: str = typer.Option("127.0.0.1", help="Address to listen on."),
 @app.command()
 def scheduler() -> None:
     """Run the minute tick (any number side by side: SKIP LOCKED keeps them apart)."""
+    from tickwork.event_loop import run_on_uvloop
     from tickwork.processes import serve_scheduler
 
     configure_logging()
-    asyncio.run(serve_scheduler(database_url(), SchedulerSettings()))
+    run_on_uvloop(serve_scheduler(database_url(), SchedulerSettings()))
 
 
 def settings_error(exc: ValidationError) -> str:
@@ -89,6 +90,7 @@ def worker(concurrency: Optional[int] = typer.Option(
         None, help="Runs at once (default: TICKWORK_CONCURRENCY, or 4). Memory is the limit.")
            ) -> None:
     """Run agent runs from the queue (any number side by side)."""
+    from tickwork.event_loop import run_on_uvloop
     from tickwork.worker_process import serve_worker
     from tickwork.worker.settings import WorkerSettings
 
@@ -98,7 +100,7 @@ def worker(concurrency: Optional[int] = typer.Option(
         settings = WorkerSettings(**({} if concurrency is None else {"concurrency": concurrency}))
     except ValidationError as exc:
         fail(settings_error(exc))
-    asyncio.run(serve_worker(url, settings))
+    run_on_uvloop(serve_worker(url, settings))
 
 
 @app.command()

@@ -17,6 +17,7 @@ from tickwork.scheduler.tokens import authenticate, create_token, list_tokens, r
 from tickwork.sql.db import connect
 from tickwork.sql.errors import TickworkError, Unauthorized
 from tickwork.client import fail
+from tickwork.event_loop import run_on_uvloop
 
 LOCAL_TENANT = "local"
 TOKEN_FILE = "local-admin-token"
@@ -118,8 +119,8 @@ def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str
         typer.echo(f"viewer: http://{host}:{port}/ (paste the token below when it asks)")
         typer.echo(f"export TICKWORK_API_URL=http://{host}:{port} TICKWORK_TOKEN={token}",
                    color=False)
-        asyncio.run(serve_api(url, SchedulerSettings(), host, port, with_scheduler=True,
-                              with_worker=True))
+        run_on_uvloop(serve_api(url, SchedulerSettings(), host, port, with_scheduler=True,
+                                with_worker=True))
     finally:
         if embedded is not None:
             embedded.stop()

@@ -21,6 +21,7 @@ from tickwork.scheduler.tick import TickOutcome, run_tick
 from tickwork.sql.db import DatabaseSettings, open_pool, pool_sizes
 from tickwork.worker.settings import WorkerSettings
 from tickwork.worker.webhooks.settings import WebhookSettings
+from tickwork.event_loop import run_on_uvloop
 from tickwork.worker_process import serve_worker
 
 log = structlog.get_logger()
@@ -97,12 +98,8 @@ async def serve_api(url: str, settings: SchedulerSettings, host: str, port: int,
 
 
 def run_api(url: str, settings: SchedulerSettings, host: str, port: int) -> None:
-    """`tickwork api`: serve_api on a uvloop event loop (less CPU per request and per
-    database round trip than asyncio's own loop)."""
-    import uvloop
-
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        runner.run(serve_api(url, settings, host, port))
+    """`tickwork api`: serve_api on a uvloop event loop."""
+    run_on_uvloop(serve_api(url, settings, host, port))
 
 
 async def _worker(url: str, stop: asyncio.Event) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import AsyncIterator
-from uuid import UUID
 
 from fastapi import Depends, Request
 from psycopg import AsyncConnection

@@ -15,11 +15,7 @@ failpoint on the suite's server (pg_terminate_backend of the test database's own
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import socket
-import subprocess
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -31,19 +27,18 @@ import psycopg
 import pytest
 from psycopg_pool import AsyncConnectionPool
 
+from tests.integration.api_process import ApiProcess, tokens_for
 from tickwork.embedded import _pg, start_embedded
 from tickwork.scheduler.serialize import utc_text
 from tickwork.scheduler.tick import run_tick
-from tickwork.scheduler.tokens import create_token
 from tickwork.sql import failpoints
-from tickwork.sql.db import connect, connect_kwargs, open_pool
+from tickwork.sql.db import connect_kwargs, open_pool
 from tickwork.sql.migrate import migrate
 from tickwork.sql.pool import LostBeforeStatement, once_more, retried
 from tickwork.worker.claim import claim_queued_runs
 from tickwork.worker.claim_once_more import claim_queued_runs_once_more
 from tickwork.worker.tools.publish import publish_catalog
 from tests.factories import create_agent, make_agent, make_schedules, make_tenant
-from tests.integration.drivers import ROOT
 from tests.integration.workers import WorkerProcess, scalar, until
 
 MODES = ("fast", "immediate")
@@ -121,49 +116,6 @@ def own_server():
         yield server
     finally:
         server.close()
-
-
-class ApiProcess:
-    """`tickwork api` as a real process on a free port; its log is kept for the test to read."""
-
-    def __init__(self, url: str, root: Path, **env: str) -> None:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.log_path = root / f"api-{self.port}.log"
-        self.process = subprocess.Popen(  # its log lines (stdout) and warnings (stderr)
-            [sys.executable, "-m", "tickwork.cli", "api", "--port", str(self.port)], cwd=ROOT,
-            stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT,
-            env={**os.environ, "TICKWORK_DATABASE_URL": url, "TICKWORK_TEST_MODE": "1", **env})
-        self.base_url = f"http://127.0.0.1:{self.port}"
-
-    async def ready(self) -> None:
-        async with httpx.AsyncClient(base_url=self.base_url) as client:
-            for _ in range(600):  # a process that starts: no event to wait on but its port
-                assert self.process.poll() is None, self.log()
-                try:
-                    if (await client.get("/healthz")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.05)
-        raise AssertionError(f"tickwork api never became healthy:\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def stop(self) -> int:
-        self.process.terminate()
-        return self.process.wait(timeout=30)
-
-
-async def tokens_for(url: str) -> dict[str, str]:
-    conn = await connect(url, application_name="tickwork-test")
-    try:
-        return {"admin": await create_token(conn, tenant="acme", admin=True),
-                "operator": await create_token(conn, operator=True)}
-    finally:
-        await conn.close()
 
 
 def client(api: ApiProcess, token: str) -> httpx.AsyncClient:

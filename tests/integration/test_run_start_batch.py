@@ -105,9 +105,7 @@ async def test_starts_that_arrive_together_share_one_statement_and_each_gets_its
 
 async def test_each_start_of_a_shared_statement_gets_its_own_refusal(api, db_url):
     agent = await create_agent(api, "active")
-    paused = await create_agent(api, "paused")
-    await api.put(f"/v1/agents/{paused['id']}", json={**{k: paused[k] for k in (
-        "name", "instructions", "tools", "auto_approve")}, "status": "paused"})
+    paused = await create_agent(api, "paused", status="paused")
     theirs = await create_agent(api, "globex's",
                                 headers={"Authorization": f"Bearer {api.tokens['globex']}"})
     batcher = api.app.state.run_starts

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import psycopg
+import pytest
 
 from tests.factories import create_agent
 from tests.integration.api_process import ApiProcess, tokens_for
@@ -42,31 +43,34 @@ async def post_all(http: httpx.AsyncClient, requests: list[tuple[str, dict]]) ->
     return await asyncio.gather(*(post(path, body) for path, body in requests))
 
 
-def client(api: ApiProcess, token: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=api.base_url, timeout=60,
-                             headers={"Authorization": f"Bearer {token}"},
-                             limits=httpx.Limits(max_connections=CLIENTS))
-
-
-async def test_a_burst_makes_one_run_per_accepted_start_and_nothing_for_a_refusal(
-        db_url, tmp_path: Path):
+@pytest.fixture
+async def served(db_url, tmp_path: Path):
+    """(the API process, a client of it with CLIENTS connections as tenant acme's admin)."""
     tokens = await tokens_for(db_url)
     api = ApiProcess(db_url, tmp_path)
     try:
         await api.ready()
-        async with client(api, tokens["admin"]) as http:
-            active = (await create_agent(http, "active"))["id"]
-            paused = await create_agent(http, "paused")
-            response = await http.put(f"/v1/agents/{paused['id']}", json={**{k: paused[k] for k in (
-                "name", "instructions", "tools", "auto_approve")}, "status": "paused"})
-            assert response.status_code == 200, response.text
-            requests = []
-            for n in range(300):  # active, active, active, active, paused or unknown, ...
-                target = (active if n % 5 else (paused["id"] if n % 10 else UNKNOWN))
-                requests.append((f"/v1/agents/{target}/runs", {"input": {"n": n}}))
-            answers = await post_all(http, requests)
+        async with httpx.AsyncClient(base_url=api.base_url, timeout=60,
+                                     headers={"Authorization": f"Bearer {tokens['admin']}"},
+                                     limits=httpx.Limits(max_connections=CLIENTS)) as http:
+            yield api, http
     finally:
-        assert api.stop() == 0, api.log()
+        if api.process.poll() is None:
+            api.process.terminate()
+        api.process.wait(timeout=30)
+
+
+async def test_a_burst_makes_one_run_per_accepted_start_and_nothing_for_a_refusal(
+        served, db_url):
+    api, http = served
+    active = (await create_agent(http, "active"))["id"]
+    paused = (await create_agent(http, "paused", status="paused"))["id"]
+    requests = []
+    for n in range(300):  # active, active, active, active, paused or unknown, ...
+        target = active if n % 5 else (paused if n % 10 else UNKNOWN)
+        requests.append((f"/v1/agents/{target}/runs", {"input": {"n": n}}))
+    answers = await post_all(http, requests)
+    assert api.stop() == 0, api.log()
     statuses = [answer.status_code for answer in answers]
     assert statuses.count(202) == 240 and statuses.count(409) == 30
     assert statuses.count(404) == 30, statuses
@@ -79,24 +83,18 @@ async def test_a_burst_makes_one_run_per_accepted_start_and_nothing_for_a_refusa
 
 
 async def test_sigterm_in_a_burst_answers_what_it_accepted_and_loses_no_answered_run(
-        db_url, tmp_path: Path):
-    tokens = await tokens_for(db_url)
-    api = ApiProcess(db_url, tmp_path)
-    try:
-        await api.ready()
-        async with client(api, tokens["admin"]) as http:
-            agent = (await create_agent(http, "deployed"))["id"]
-            burst = asyncio.create_task(post_all(
-                http, [(f"/v1/agents/{agent}/runs", {"input": {"n": n}}) for n in range(2000)]))
-            with psycopg.connect(db_url, autocommit=True) as conn:
-                async with asyncio.timeout(60):  # SIGTERM once the burst is well under way
-                    while conn.execute("SELECT count(*) FROM executions").fetchone()[0] < 200:
-                        await asyncio.sleep(0.01)
-            api.process.send_signal(signal.SIGTERM)
-            answers = await burst
-    finally:
-        code = api.process.wait(timeout=30)
-    assert code == 0, api.log()
+        served, db_url):
+    api, http = served
+    agent = (await create_agent(http, "deployed"))["id"]
+    burst = asyncio.create_task(post_all(
+        http, [(f"/v1/agents/{agent}/runs", {"input": {"n": n}}) for n in range(2000)]))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        async with asyncio.timeout(60):  # SIGTERM once the burst is well under way
+            while conn.execute("SELECT count(*) FROM executions").fetchone()[0] < 200:
+                await asyncio.sleep(0.01)
+    api.process.send_signal(signal.SIGTERM)
+    answers = await burst
+    assert api.process.wait(timeout=30) == 0, api.log()
     accepted = [answer for answer in answers if not isinstance(answer, Exception)]
     assert all(answer.status_code == 202 for answer in accepted), \
         {answer.status_code for answer in accepted}

@@ -70,7 +70,7 @@ def api(host: str = typer.Option("127.0.0.1", help="Address to listen on."),
 @app.command()
 def scheduler() -> None:
     """Run the minute tick (any number side by side: SKIP LOCKED keeps them apart)."""
-    from tickwork.event_loop import run_on_uvloop
+    from tickwork.runtime import run_on_uvloop
     from tickwork.processes import serve_scheduler
 
     configure_logging()
@@ -90,7 +90,7 @@ def worker(concurrency: Optional[int] = typer.Option(
         None, help="Runs at once (default: TICKWORK_CONCURRENCY, or 4). Memory is the limit.")
            ) -> None:
     """Run agent runs from the queue (any number side by side)."""
-    from tickwork.event_loop import run_on_uvloop
+    from tickwork.runtime import run_on_uvloop
     from tickwork.worker_process import serve_worker
     from tickwork.worker.settings import WorkerSettings
 

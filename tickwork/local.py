@@ -17,7 +17,7 @@ from tickwork.scheduler.tokens import authenticate, create_token, list_tokens, r
 from tickwork.sql.db import connect
 from tickwork.sql.errors import TickworkError, Unauthorized
 from tickwork.client import fail
-from tickwork.event_loop import run_on_uvloop
+from tickwork.runtime import run_on_uvloop
 
 LOCAL_TENANT = "local"
 TOKEN_FILE = "local-admin-token"

@@ -21,7 +21,7 @@ from tickwork.scheduler.tick import TickOutcome, run_tick
 from tickwork.sql.db import DatabaseSettings, open_pool, pool_sizes
 from tickwork.worker.settings import WorkerSettings
 from tickwork.worker.webhooks.settings import WebhookSettings
-from tickwork.event_loop import run_on_uvloop
+from tickwork.runtime import run_on_uvloop, settle_after_start_up
 from tickwork.worker_process import serve_worker
 
 log = structlog.get_logger()
@@ -45,6 +45,7 @@ async def serve_scheduler(url: str, settings: SchedulerSettings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     jobs = start_minute_tick(pool, settings)
+    settle_after_start_up()
     log.info("scheduler_started")
     await stop.wait()
     jobs.shutdown(wait=False)
@@ -87,6 +88,7 @@ async def serve_api(url: str, settings: SchedulerSettings, host: str, port: int,
     stop_worker = asyncio.Event()
     worker = asyncio.create_task(_worker(url, stop_worker)) if with_worker else None
     try:
+        settle_after_start_up()
         await server.serve()  # returns on SIGINT/SIGTERM
     finally:
         if jobs is not None:

@@ -6,13 +6,13 @@ process does not load the web stack."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import signal
 import socket
 
 from psycopg_pool import AsyncConnectionPool
 
+from tickwork.runtime import settle_after_start_up
 from tickwork.sql.db import DatabaseSettings, open_pool, pool_sizes
 from tickwork.sql.journal import JournalWriter
 from tickwork.worker import tracing
@@ -57,10 +57,7 @@ async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event |
     """`tickwork worker` (and `up`'s worker): runs until ``stop`` is set, or SIGINT/SIGTERM."""
     tracing.setup()  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
     worker = await build_worker(url, settings)
-    # What start-up made (modules, the catalog, settings) lives as long as the process: moved
-    # out of the collector's generations, it is not scanned again by every full collection
-    # (measured at 5,000 runs: full collections 0.119 -> 0.026 s of CPU).
-    gc.freeze()
+    settle_after_start_up()
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

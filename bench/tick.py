@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import math
 import os
@@ -55,6 +56,7 @@ from tickwork.sql import QUERIES
 from tickwork.sql.db import open_pool
 from tickwork.sql.ids import new_id, new_id_text
 from tickwork.sql.migrate import migrate
+from tickwork.runtime import settle_after_start_up
 
 SCRATCH_DB = "tickwork_bench_tick"
 APPLICATION_NAME = "tickwork-bench-tick"  # the measured pool's sessions, found by this name
@@ -414,7 +416,8 @@ def final_json(args: argparse.Namespace, small: int, big: dict[str, float],
         "floor_backend_cpu_ms": big[f"floor_backend_cpu_ms_{b}"],
         "load_1min": round(os.getloadavg()[0], 2),
         "due": args.due, "schedules": args.schedules, "schedules_small": small,
-        "batch": b, "repeat": args.repeat, "after_checkpoint": args.after_checkpoint,
+        "batch": b, "repeat": args.repeat, "collector": args.collector,
+        "after_checkpoint": args.after_checkpoint,
         "server": "url" if os.environ.get("TICKWORK_DATABASE_URL") else "embedded",
     }
 
@@ -427,6 +430,9 @@ def parse_args() -> argparse.Namespace:
                         help="schedules in the big data set (the small one holds a tenth)")
     parser.add_argument("--due", type=int, default=10_000, help="schedules due at the tick")
     parser.add_argument("--repeat", type=int, default=5, help="measurements of each kind")
+    parser.add_argument("--collector", choices=("process", "default"), default="process",
+                        help="the garbage collector as `tickwork scheduler` sets it after start-up "
+                             "(tickwork.runtime.settle_after_start_up), or Python's defaults")
     parser.add_argument("--agents", type=int, default=1_000, help="agents (at least)")
     parser.add_argument("--after-checkpoint", action="store_true",
                         help="checkpoint right before each run, so runs pay full-page writes")
@@ -455,6 +461,9 @@ def main() -> None:
     # Library logs (migrations, the embedded server) go to stderr: stdout ends with the JSON line.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     check_due_crons()
+    if args.collector == "process":  # as `tickwork scheduler` runs its ticks
+        settle_after_start_up()
+    say(f"garbage collector: {args.collector} (thresholds {gc.get_threshold()})")
     small = args.schedules // 10
     with scratch_database(SCRATCH_DB) as url:
         describe_server(url, ("shared_buffers", "synchronous_commit", "work_mem", "max_wal_size"))

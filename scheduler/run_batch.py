@@ -42,6 +42,9 @@ from tickwork.sql.notify import Notifier
 
 # Starts per statement: a 64-client burst fits in one; one statement's locks stay short.
 MAX_STARTS_PER_STATEMENT = 128
+# And their inputs' text per statement: a body may be 1 MiB, and 128 of them in one statement
+# would hold 128 MiB in the API and in Postgres at once. A start larger than this goes alone.
+MAX_TEXT_PER_STATEMENT = 4 * 1024 * 1024
 # Statements in flight at once: one executing while another commits.
 MAX_IN_FLIGHT = 2
 
@@ -59,9 +62,10 @@ class RunStartBatcher:
 
     def __init__(self, pool: AsyncConnectionPool, notifier: Notifier, *,
                  max_starts: int = MAX_STARTS_PER_STATEMENT,
+                 max_text: int = MAX_TEXT_PER_STATEMENT,
                  max_in_flight: int = MAX_IN_FLIGHT) -> None:
         self._pool, self._notifier = pool, notifier
-        self._max, self._slots = max_starts, max_in_flight
+        self._max, self._max_text, self._slots = max_starts, max_text, max_in_flight
         self._pending: dict[UUID, list[_Start]] = {}  # by tenant, oldest tenant first
         self._in_flight = 0
         self._writes: set[asyncio.Task] = set()
@@ -100,9 +104,10 @@ class RunStartBatcher:
         while self._pending and self._in_flight < self._slots:
             tenant_id = next(iter(self._pending))
             starts = self._pending.pop(tenant_id)
-            if len(starts) > self._max:  # the rest waits its turn behind other tenants
-                self._pending[tenant_id] = starts[self._max:]
-                starts = starts[:self._max]
+            taken = self._fitting(starts)
+            if taken < len(starts):  # the rest waits its turn behind other tenants
+                self._pending[tenant_id] = starts[taken:]
+                starts = starts[:taken]
             self._in_flight += 1
             # A context of its own: the statement is no request's, so no request's statement
             # watch (sql.pool.watching, the API's OnceMore) counts it.
@@ -110,6 +115,15 @@ class RunStartBatcher:
                 self._write(tenant_id, starts), context=contextvars.Context())
             self._writes.add(task)
             task.add_done_callback(self._writes.discard)
+
+    def _fitting(self, starts: list[_Start]) -> int:
+        """How many of the first starts go in one statement (always at least one)."""
+        text = 0
+        for count, start in enumerate(starts[:self._max]):
+            text += len(start.element)
+            if text > self._max_text and count > 0:
+                return count
+        return min(len(starts), self._max)
 
     async def _write(self, tenant_id: UUID, starts: list[_Start]) -> None:
         try:

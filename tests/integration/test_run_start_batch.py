@@ -18,7 +18,7 @@ import pytest
 
 from tests.factories import create_agent
 from tests.integration.test_run_start_locking import until_waiting
-from tickwork.scheduler.run_batch import MAX_IN_FLIGHT
+from tickwork.scheduler.run_batch import MAX_IN_FLIGHT, RunStartBatcher
 
 UNKNOWN = "0190a000-0000-7000-8000-000000000000"
 WAITING_SESSIONS = """
@@ -204,3 +204,27 @@ async def test_gathered_starts_wait_for_a_pause_in_flight_and_see_how_it_ended(
         runs = conn.execute("SELECT count(*) FROM executions").fetchone()[0]
         tasks = conn.execute("SELECT count(*) FROM queue_tasks").fetchone()[0]
     assert (runs, tasks) == ((0, 0) if outcome == "committed" else (8, 8))
+
+
+async def test_a_statement_holds_a_bounded_text_and_a_start_past_it_goes_alone(
+        api, db_url, pool):
+    """Under a 3.5 kB bound, starts of ~1.1 kB go three to a statement, and a 5 kB start
+    among them goes in a statement of its own, and is made."""
+    batcher = api.app.state.run_starts = RunStartBatcher(pool, api.app.state.notifier,
+                                                         max_text=3500)
+    agent = await create_agent(api, "bounded")
+    inputs = [{"n": n, "pad": "x" * 1000} for n in range(3)] + [{"n": 3, "pad": "y" * 5000}] + [
+        {"n": n, "pad": "x" * 1000} for n in range(4, 7)]
+    with holding(db_url, agent["id"]) as holder:
+        blockers = await blocked(api, agent["id"])
+        before = batcher.statements
+        burst = [start(api, agent["id"], {"input": run_input}) for run_input in inputs]
+        await gathered(api, db_url, blockers, len(burst))
+        holder.rollback()
+        answers = await asyncio.gather(*burst)
+        await asyncio.gather(*blockers)
+    assert [a.status_code for a in answers] == [202] * 7, [a.text for a in answers]
+    assert batcher.statements - before == 3  # three small, the large one, three small
+    assert [a.json()["input"] for a in answers] == inputs
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM queue_tasks").fetchone()[0] == 7 + MAX_IN_FLIGHT

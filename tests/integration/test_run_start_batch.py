@@ -29,7 +29,8 @@ SELECT count(*) FROM pg_stat_activity
 
 
 @contextmanager
-def holding(db_url: str, agent_id: str, change: str = "name = name") -> Iterator[psycopg.Connection]:
+def holding(db_url: str, agent_id: str,
+            change: str = "name = name") -> Iterator[psycopg.Connection]:
     """The agent's row locked by an uncommitted UPDATE (rolled back at the end unless the test
     commits it): a run start's FOR SHARE waits for it."""
     with psycopg.connect(db_url, application_name="tickwork-test-holder") as conn:
@@ -126,7 +127,8 @@ async def test_each_start_of_a_shared_statement_gets_its_own_refusal(api, db_url
                                headers={"Idempotency-Key": f"alone-{agent_id}"})
         assert (answer.status_code, answer.json()) == (alone.status_code, alone.json())
     with psycopg.connect(db_url) as conn:
-        agents = conn.execute("SELECT agent_id::text, count(*) FROM executions GROUP BY 1").fetchall()
+        agents = conn.execute(
+            "SELECT agent_id::text, count(*) FROM executions GROUP BY 1").fetchall()
     assert dict(agents) == {agent["id"]: 2 + MAX_IN_FLIGHT}
 
 

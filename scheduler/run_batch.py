@@ -16,6 +16,10 @@ whose connection was found gone before it was sent runs once more on a fresh one
 (sql.pool.once_more); one lost after it was sent may have committed, and each of its starts
 gets the error, as a lone start would.
 
+A start that waited as long as a request would have waited for a pooled connection of its own
+(the pool's timeout) without being sent is withdrawn and answered 503 (nothing was done, so a
+retry is safe); one already in a statement waits for that statement's outcome.
+
 Starts with an Idempotency-Key go alone through start_agent_run (scheduler/runs.py): a key's
 replay reads what an earlier statement committed, which a shared statement would complicate
 for no gain (keys are for retries, not bursts).
@@ -31,7 +35,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from tickwork.scheduler.agents import agent_not_found
 from tickwork.scheduler.runs import API_RUN, AgentPaused, public_run
@@ -49,7 +53,7 @@ MAX_TEXT_PER_STATEMENT = 4 * 1024 * 1024
 MAX_IN_FLIGHT = 2
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # a start is itself: compared by identity
 class _Start:
     run_id: UUID
     agent_id: UUID
@@ -63,9 +67,12 @@ class RunStartBatcher:
     def __init__(self, pool: AsyncConnectionPool, notifier: Notifier, *,
                  max_starts: int = MAX_STARTS_PER_STATEMENT,
                  max_text: int = MAX_TEXT_PER_STATEMENT,
-                 max_in_flight: int = MAX_IN_FLIGHT) -> None:
+                 max_in_flight: int = MAX_IN_FLIGHT, wait_limit: float | None = None) -> None:
+        """wait_limit: seconds a start may wait unsent (default: the pool's timeout, as long as
+        a request would have waited for a pooled connection of its own)."""
         self._pool, self._notifier = pool, notifier
         self._max, self._max_text, self._slots = max_starts, max_text, max_in_flight
+        self._wait_limit = wait_limit if wait_limit is not None else pool.timeout
         self._pending: dict[UUID, list[_Start]] = {}  # by tenant, oldest tenant first
         self._in_flight = 0
         self._writes: set[asyncio.Task] = set()
@@ -81,9 +88,17 @@ class RunStartBatcher:
         element = (f'{{"id":"{run_id}","agent_id":"{agent_id}",'
                    f'"timeout_minutes":{int(timeout_minutes)},"input":{json.dumps(run_input)}}}')
         answer = asyncio.get_running_loop().create_future()
-        self._pending.setdefault(tenant_id, []).append(_Start(run_id, agent_id, element, answer))
+        mine = _Start(run_id, agent_id, element, answer)
+        self._pending.setdefault(tenant_id, []).append(mine)
         self._kick()
-        row = await answer
+        try:
+            async with asyncio.timeout(self._wait_limit):
+                row = await asyncio.shield(answer)
+        except TimeoutError:
+            if self._withdraw(tenant_id, mine):  # never sent: nothing was done
+                raise PoolTimeout(f"the run start waited {self._wait_limit:g} s for a "
+                                  "statement and was not sent") from None
+            row = await answer  # in a statement already: its outcome is this start's
         if row["agent_status"] is None:
             raise agent_not_found(agent_id)
         if row["id"] is None:
@@ -94,6 +109,17 @@ class RunStartBatcher:
     def waiting(self) -> int:
         """Starts handed over and not yet in a statement."""
         return sum(len(starts) for starts in self._pending.values())
+
+    def _withdraw(self, tenant_id: UUID, start: _Start) -> bool:
+        """Take a start that is still waiting out of the queue; False once it is in a
+        statement."""
+        waiting = self._pending.get(tenant_id, [])
+        if start not in waiting:
+            return False
+        waiting.remove(start)
+        if not waiting:
+            del self._pending[tenant_id]
+        return True
 
     async def drain(self) -> None:
         """Until every start handed over so far is written (or has failed)."""

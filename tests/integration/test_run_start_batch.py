@@ -230,3 +230,27 @@ async def test_a_statement_holds_a_bounded_text_and_a_start_past_it_goes_alone(
     assert [a.json()["input"] for a in answers] == inputs
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM queue_tasks").fetchone()[0] == 7 + MAX_IN_FLIGHT
+
+
+async def test_a_start_that_waits_unsent_past_the_limit_is_refused_and_makes_nothing(
+        api, db_url, pool):
+    """Both statements wait on a held lock; a third start waits unsent. Past the wait limit it
+    is withdrawn and answered 503 (nothing done, so a retry is safe); the starts already in a
+    statement wait for it and are made."""
+    batcher = api.app.state.run_starts = RunStartBatcher(pool, api.app.state.notifier,
+                                                         wait_limit=0.5)
+    agent = await create_agent(api, "held-long")
+    with holding(db_url, agent["id"]) as holder:
+        blockers = await blocked(api, agent["id"])
+        late = await api.post(f"/v1/agents/{agent['id']}/runs", json={"input": {"late": True}})
+        assert not any(blocker.done() for blocker in blockers)
+        holder.rollback()
+        made = await asyncio.gather(*blockers)
+    assert late.status_code == 503, late.text
+    assert late.json()["error"] == "database_unavailable"
+    assert [answer.status_code for answer in made] == [202] * MAX_IN_FLIGHT
+    assert batcher.waiting == 0
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM executions WHERE input ? 'late'"
+                            ).fetchone()[0] == 0
+        assert conn.execute("SELECT count(*) FROM executions").fetchone()[0] == MAX_IN_FLIGHT

@@ -11,10 +11,9 @@ waits for company, only behind statements already in flight.
 Each start keeps its own answer: its run, or its own refusal (no such agent, a paused agent).
 A statement that Postgres refuses for what one start carried (a data or integrity error:
 a constraint, a value it cannot store) is written again one start at a time, so one request's
-row never fails another's. A statement
-whose connection was found gone before it was sent runs once more on a fresh one
-(sql.pool.once_more); one lost after it was sent may have committed, and each of its starts
-gets the error, as a lone start would.
+row never fails another's. A statement whose connection was found gone before it was sent runs
+once more on a fresh one (sql.pool.once_more); one lost after it was sent may have committed,
+and each of its starts gets the error, as a lone start would.
 
 A start that waited as long as a request would have waited for a pooled connection of its own
 (the pool's timeout) without being sent is withdrawn and answered 503 (nothing was done, so a
@@ -56,7 +55,6 @@ MAX_IN_FLIGHT = 2
 @dataclass(slots=True, eq=False)  # a start is itself: compared by identity
 class _Start:
     run_id: UUID
-    agent_id: UUID
     element: str  # its element of the statement's runs array, as JSON text
     answer: asyncio.Future
 
@@ -88,7 +86,7 @@ class RunStartBatcher:
         element = (f'{{"id":"{run_id}","agent_id":"{agent_id}",'
                    f'"timeout_minutes":{int(timeout_minutes)},"input":{json.dumps(run_input)}}}')
         answer = asyncio.get_running_loop().create_future()
-        mine = _Start(run_id, agent_id, element, answer)
+        mine = _Start(run_id, element, answer)
         self._pending.setdefault(tenant_id, []).append(mine)
         self._kick()
         try:

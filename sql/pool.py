@@ -16,6 +16,9 @@ LostBeforeStatement before sending any statement of its own (a tick that has don
 a worker's claim, any request), or when it is safe to repeat whatever happened (a read, a
 keyed run start) and its connection was lost at any point. A statement lost after it was sent
 may have committed: nothing here retries it for an operation that is not safe to repeat.
+The fresh connection may be lost too (a restart's goodbyes reach the pool's sessions some
+milliseconds apart, and a busy machine widens the gap): each attempt is judged on its own, up to
+ATTEMPTS in all.
 """
 
 from __future__ import annotations
@@ -180,6 +183,7 @@ class Watch:
 
 _WATCH: ContextVar[Watch | None] = ContextVar("tickwork_statement_watch", default=None)
 retried = {"unsent": 0, "repeatable": 0}  # operations run once more, by why (tests, metrics)
+ATTEMPTS = 3  # a restart kills each session once: three attempts outlast its goodbyes
 
 
 @contextmanager
@@ -233,14 +237,15 @@ async def once_more(operation: Callable[[], Awaitable[T]], *, repeatable: bool =
     """Run ``operation`` (it takes its own connections from a Pool). If it fails because a
     connection was found gone before a statement was sent, and it had sent no statement
     before that, run it once more; so too after any lost connection when ``repeatable`` (safe
-    to run twice whatever the first run did: a read, an idempotent statement). Anything else
-    is raised as it came."""
-    with watching() as watch:
-        try:
-            return await operation()
-        except psycopg.OperationalError as exc:
-            if not (connection_lost(exc) and watch.worth_once_more(repeatable)):
-                raise
-            note_retry(watch, name, exc)
-    with watching():
-        return await operation()
+    to run twice whatever the first run did: a read, an idempotent statement). Each attempt is
+    judged the same way, up to ATTEMPTS in all. Anything else is raised as it came."""
+    for attempt in range(1, ATTEMPTS + 1):
+        with watching() as watch:
+            try:
+                return await operation()
+            except psycopg.OperationalError as exc:
+                if attempt == ATTEMPTS or not (connection_lost(exc)
+                                               and watch.worth_once_more(repeatable)):
+                    raise
+                note_retry(watch, name, exc)
+    raise AssertionError("unreachable: the last attempt returns or raises")

@@ -34,7 +34,7 @@ from tickwork.scheduler.tick import run_tick
 from tickwork.sql import failpoints
 from tickwork.sql.db import connect_kwargs, open_pool
 from tickwork.sql.migrate import migrate
-from tickwork.sql.pool import LostBeforeStatement, once_more, retried
+from tickwork.sql.pool import ATTEMPTS, LostBeforeStatement, once_more, retried
 from tickwork.worker.claim import claim_queued_runs
 from tickwork.worker.claim_once_more import claim_queued_runs_once_more
 from tickwork.worker.tools.publish import publish_catalog
@@ -195,7 +195,8 @@ async def test_requests_in_flight_through_a_restart_are_all_answered_and_each_ke
     finally:
         assert api.stop() == 0
     statuses = {status for _, status, _ in answered}
-    assert statuses <= {200, 202}, [a for a in answered if a[1] not in (200, 202)]
+    assert statuses <= {200, 202}, ([a for a in answered if a[1] not in (200, 202)],
+                                    api.log()[-20000:])
     starts = {key: run_id for run_id, _, key in answered if key}
     with psycopg.connect(url) as conn:
         made = dict(conn.execute("SELECT idempotency_key, id::text FROM executions").fetchall())
@@ -292,6 +293,43 @@ async def test_a_run_start_whose_connection_died_after_checkout_runs_once_on_a_f
     assert retried["unsent"] == before["unsent"] + 1
 
 
+async def kill_at_gates(db_url: str, times: int) -> None:
+    """kill_at_the_gate ``times`` over: each checkout in turn (the first, then each fresh one
+    its retry takes) finds every pooled session killed before its first statement."""
+    for n in range(1, times + 1):
+        gate = "after_checkout" if n == 1 else f"after_checkout_{n}"
+        await failpoints.wait_reached(gate)
+        assert terminate_backends(db_url, "tickwork-test") >= 1
+        failpoints.arm("db.after_checkout",
+                       f"block:after_checkout_{n + 1}" if n < times else "sleep:0")
+        failpoints.release(gate)
+
+
+async def test_a_run_start_whose_fresh_connection_died_too_runs_once_on_a_third(api, db_url):
+    # A restart's goodbyes reach the pool's sessions some milliseconds apart: the retry's
+    # fresh connection may be the next to go. Each attempt that sent nothing is run again.
+    agent = (await create_agent(api))["id"]
+    before = dict(retried)
+    with checkout_gate():
+        start = asyncio.create_task(api.post(f"/v1/agents/{agent}/runs", json={"input": {}}))
+        await kill_at_gates(db_url, times=2)
+        response = await start
+    assert response.status_code == 202, response.text
+    assert scalar(db_url, "SELECT count(*) FROM executions") == 1
+    assert retried["unsent"] == before["unsent"] + 2
+
+
+async def test_a_run_start_lost_on_every_attempt_is_a_503_and_makes_nothing(api, db_url):
+    agent = (await create_agent(api))["id"]
+    with checkout_gate():
+        start = asyncio.create_task(api.post(f"/v1/agents/{agent}/runs", json={"input": {}}))
+        await kill_at_gates(db_url, times=ATTEMPTS)
+        response = await start
+    assert response.status_code == 503, response.text
+    assert response.json()["error"] == "database_unavailable"
+    assert scalar(db_url, "SELECT count(*) FROM executions") == 0
+
+
 async def test_a_tick_whose_connection_died_before_its_first_statement_runs_and_fires_once(
         pool, db_url, settings):
     at = datetime(2027, 3, 1, 9, 0, 30, tzinfo=timezone.utc)
@@ -372,6 +410,26 @@ async def test_a_statement_lost_after_it_was_sent_is_run_again_only_when_repeata
     assert calls["unsafe"] == 1
     assert await once_more(killed_in_flight("read"), repeatable=True) == 1
     assert calls["read"] == 2
+
+
+async def test_a_read_lost_in_flight_on_two_connections_in_a_row_answers_on_a_third(
+        pool, db_url):
+    calls = 0
+
+    async def read() -> int:
+        nonlocal calls
+        calls += 1
+        async with pool.connection() as conn:
+            if calls < 3:
+                killer = asyncio.create_task(kill_while_running(db_url, conn.info.backend_pid))
+                try:
+                    await conn.execute("SELECT pg_sleep(30)")
+                finally:
+                    await killer
+            return (await (await conn.execute("SELECT 1 AS one")).fetchone())["one"]
+
+    assert await once_more(read, repeatable=True) == 1
+    assert calls == 3
 
 
 async def kill_while_running(db_url: str, pid: int) -> None:

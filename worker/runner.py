@@ -36,6 +36,12 @@ RELEASE_MARGIN_SECONDS = 5.0
 CLAIM_BATCH = 256
 
 
+# Claims in flight at once. While one claim's round trip (and commit) is out, slots that free
+# up would wait for it and then for a claim of their own: a second claim takes them meanwhile.
+# Only while the queue has work (the last claim came back full); an empty queue gets one.
+CLAIMS_IN_FLIGHT = 2
+
+
 class Worker:
     """Claims work for ``concurrency`` slots until ``stop`` is set, then drains: see the
     module's docstring for what happens to runs still going when the grace period ends."""
@@ -46,6 +52,9 @@ class Worker:
         self._active: set[asyncio.Task] = set()  # every delivery, until its last write lands
         self._holding = 0  # deliveries holding a slot: their agent is still at work
         self._writing = 0  # deliveries that gave their slot back and write their verdict
+        self._claims: set[asyncio.Task] = set()  # claims in flight
+        self._asked = 0  # slots the claims in flight asked for
+        self._queue_has_more = True  # the last claim came back full
 
     async def run(self, stop: asyncio.Event) -> None:
         listener = asyncio.create_task(listen_forever(
@@ -59,20 +68,33 @@ class Worker:
                 # Cleared before looking, so a wake-up that comes while a claim is in flight
                 # (a slot freed, a task announced) is not lost: the next wait returns at once.
                 self._wake.clear()
-                if not await self._fill_slots():
+                if not self._claim_for_free_slots():
                     await self._idle()
         finally:
             listener.cancel()
             stopping.cancel()
+            # A claim in flight may have started runs: they are delivered, then drained.
+            await asyncio.gather(*self._claims, return_exceptions=True)
             await self._drain()
             log.info("worker_stopped", worker_id=self.deps.worker_id)
 
-    async def _fill_slots(self) -> bool:
-        """Take work for free slots (CLAIM_BATCH at most): fresh runs claimed in one statement
-        first, then leased resume tasks. True when every slot asked for got one."""
-        free = min(self.deps.settings.concurrency - self._holding, CLAIM_BATCH)
-        if free <= 0:
+    def _claim_for_free_slots(self) -> bool:
+        """Send a claim for the slots no run holds and no claim in flight has asked for
+        (CLAIM_BATCH at most), when one may go now. True when one was sent."""
+        free = min(self.deps.settings.concurrency - self._holding - self._asked, CLAIM_BATCH)
+        in_flight_limit = CLAIMS_IN_FLIGHT if self._queue_has_more else 1
+        if free <= 0 or len(self._claims) >= in_flight_limit:
             return False
+        self._asked += free
+        claim = asyncio.create_task(self._claim(free))
+        self._claims.add(claim)
+        claim.add_done_callback(self._claims.discard)
+        return True
+
+    async def _claim(self, free: int) -> None:
+        """Take work for ``free`` slots: fresh runs claimed in one statement first, then leased
+        resume tasks, and start delivering each. A claim that comes back full wakes the loop
+        for the next; one that does not leaves it waiting for a slot, a task or a poll."""
         try:
             # A claim whose connection a restart closed before it was sent runs once more.
             runs = await claim_queued_runs_once_more(self.deps.pool, limit=free,
@@ -82,7 +104,14 @@ class Worker:
                 lease_seconds=self.deps.settings.lease_seconds)
         except psycopg.Error as exc:  # Postgres restarting: the next poll tries again
             log.warning("lease_failed", error=type(exc).__name__)
-            return False
+            self._queue_has_more = False
+            return
+        except Exception as exc:  # a fault of ours: said, and the next poll tries again
+            log.error("claim_failed", error=f"{type(exc).__name__}: {exc}")
+            self._queue_has_more = False
+            return
+        finally:
+            self._asked -= free
         if runs:  # run_start is committed: their tails learn it at once
             self.deps.journal_writer.notifier.runs_changed(run.id for run in runs)
         for deliver, work in [(run_claimed, run) for run in runs] + [
@@ -90,7 +119,9 @@ class Worker:
             slot = _Slot(self)
             self._active.add(asyncio.create_task(self._handle(deliver(work, self.deps,
                                                                       slot.free), slot)))
-        return len(runs) + len(tasks) == free
+        self._queue_has_more = len(runs) + len(tasks) == free
+        if self._queue_has_more:
+            self._wake.set()
 
     async def _handle(self, work, slot: "_Slot") -> None:
         try:

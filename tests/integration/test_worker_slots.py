@@ -85,3 +85,48 @@ async def test_thousands_of_free_slots_are_filled_a_bounded_claim_at_a_time(api,
     sizes = [row[0] for row in psycopg.connect(db_url).execute(
         "SELECT count(*) FROM execution_claims GROUP BY claimed_at")]
     assert sum(sizes) == runs and max(sizes) <= CLAIM_BATCH and len(sizes) >= 3
+
+
+def queue_many(db_url: str, agent: str, runs: int, *, age: str = "0 seconds") -> None:
+    """``runs`` one-turn runs queued at one commit, available ``age`` ago."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("WITH made AS (INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
+                     " trigger_source, scheduled_for, input)"
+                     " SELECT gen_random_uuid(), a.tenant_id, a.id, 'run', 'api', now(),"
+                     " '{\"script\": [{\"text\": \"ok\"}]}' FROM agents a, generate_series(1, %s)"
+                     " WHERE a.id = %s RETURNING id)"
+                     " INSERT INTO queue_tasks (name, kind, execution_id, available_at)"
+                     " SELECT id::text, 'run', id, now() - %s::interval FROM made",
+                     (runs, agent, age))
+
+
+async def test_slots_that_free_while_a_claim_is_in_flight_are_filled_by_other_claims(
+        api, pool, db_url):
+    from tickwork.worker.runner import CLAIM_BATCH
+
+    agent = await scripted_agent(api, [])
+    queue_many(db_url, agent, 1, age="1 hour")  # the oldest: the first claim to look takes it
+    first = scalar(db_url, "SELECT id FROM executions")
+    queue_many(db_url, agent, CLAIM_BATCH + 1)
+    # An uncommitted claim of the first run makes the worker's claim that picks it wait (its
+    # ON CONFLICT waits for this transaction), with every task it picked locked.
+    blocker = psycopg.connect(db_url)
+    blocker.execute("SET idle_in_transaction_session_timeout = 0")  # the suite's 2 s: not here
+    blocker.execute("INSERT INTO execution_claims (execution_id, worker_id) VALUES (%s, 'held')",
+                    (first,))
+    try:
+        async with running_worker(pool, db_url, concurrency=CLAIM_BATCH + 1):
+            # Claims go out two at a time while the queue is full: whichever of them picked
+            # the first run waits on it, and the other claims (the first had slots to spare)
+            # take the runs it did not lock, which finish before it returns.
+            await until(db_url, "SELECT count(*) >= 2 FROM executions WHERE status = 'completed'")
+            assert scalar(db_url, "SELECT status FROM executions WHERE id = %s", (first,)) == \
+                "queued"
+            blocker.rollback()  # the waiting claim goes on
+            await until(db_url, "SELECT count(*) = %s FROM executions WHERE status = 'completed'",
+                        (CLAIM_BATCH + 2,))
+    finally:
+        blocker.close()
+    assert scalar(db_url, "SELECT count(*) FROM execution_claims") == CLAIM_BATCH + 2
+    assert scalar(db_url, "SELECT count(*) FROM run_events WHERE type = 'run_start'") == \
+        CLAIM_BATCH + 2

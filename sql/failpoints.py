@@ -2,7 +2,8 @@
 
 ``TICKWORK_FAILPOINTS="tick.after_insert_before_commit=exit,run.before_complete_commit=sleep:200"``
 arms points in a test process. Actions: ``exit`` (os._exit, a crash: no cleanup, no commit),
-``raise``, ``sleep:MS``, ``block:NAME`` (wait until ``release(NAME)`` in the same process).
+``raise``, ``lose`` (raise what a lost connection raises), ``sleep:MS``, ``block:NAME`` (wait
+until ``release(NAME)`` in the same process).
 Production never sets TICKWORK_TEST_MODE, so ``hit`` is a dictionary miss. Every ``hit`` in
 the code is armed by some test (tests/unit/test_failpoints_armed.py fails on one that is not).
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+
+import psycopg
 
 
 class FailpointError(RuntimeError):
@@ -50,6 +53,8 @@ async def hit(name: str) -> None:
         os._exit(86)
     if action == "raise":
         raise FailpointError(f"failpoint {name} raised")
+    if action == "lose":  # as psycopg says it: an OperationalError with no SQLSTATE
+        raise psycopg.OperationalError(f"failpoint {name}: the connection was lost")
     if action.startswith("sleep:"):
         await asyncio.sleep(int(action.split(":", 1)[1]) / 1000)
     if action.startswith("block:"):

@@ -18,8 +18,8 @@ from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
 
-from tickwork.sql import QUERIES
-from tickwork.sql.db import HOT_PATH
+from tickwork.sql import QUERIES, failpoints
+from tickwork.sql.db import HOT_PATH, reconnecting
 from tickwork.sql.ids import new_id
 from tickwork.sql.vocabulary import ApprovalStatus
 
@@ -113,14 +113,33 @@ async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID,
         task_name, row["approval_status"], row["approval_reason"], row["state"]))
 
 
-async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int,
-                            worker_id: str) -> list[ClaimedRun]:
+async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int, worker_id: str,
+                            claim_id: UUID | None = None) -> list[ClaimedRun]:
     """Claim and start up to ``limit`` fresh runs in one statement (the hot path); each row is
-    a started execution with its agent's definition (agent_found is NULL if it is gone)."""
+    a started execution with its agent's definition (agent_found is NULL if it is gone).
+    ``claim_id`` (fresh when not given) names the claim in its claim rows, so that its runs
+    can be found if its answer is lost (runs_of_lost_claim)."""
     async with pool.connection() as conn:
-        cursor = await conn.execute(QUERIES["claim_queued_executions"],
-                                    {"limit": limit, "worker_id": worker_id}, **HOT_PATH)
+        cursor = await conn.execute(QUERIES["claim_queued_executions"], {
+            "limit": limit, "worker_id": worker_id, "claim_id": claim_id or new_id()},
+            **HOT_PATH)
         rows = await cursor.fetchall()
+    await failpoints.hit("claim.after_commit")  # tests: the answer lost on its way back
+    return _fresh_runs(rows)
+
+
+@reconnecting  # a read: asked again while Postgres restarts (the usual reason it is asked)
+async def runs_of_lost_claim(pool: AsyncConnectionPool, *, claim_id: UUID,
+                             worker_id: str) -> list[ClaimedRun]:
+    """The runs a claim of this worker started whose answer never came back, still running:
+    the claim's own answer, asked again (none: it did not commit)."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(QUERIES["get_runs_of_lost_claim"],
+                                    {"claim_id": claim_id, "worker_id": worker_id})
+        return _fresh_runs(await cursor.fetchall())
+
+
+def _fresh_runs(rows: list[dict[str, Any]]) -> list[ClaimedRun]:
     return [ClaimedRun.from_row(row, agent=None if row["agent_found"] is None else AgentDefinition(
         row["agent_instructions"], row["agent_tools"], row["agent_auto_approve"]))
         for row in rows]

@@ -82,7 +82,8 @@ SELECT e.id, e.status, e.breadcrumb,
 -- that dies here either committed (the sweep owns the run from then on) or did not (the task
 -- is still queued). Every table is reached by its key, whatever the backlog: the tasks are
 -- dropped by name (a join to the picked CTE was planned as a scan of every queued task) and
--- each run's agent is looked up by id; only the columns a run reads come back.
+-- each run's agent is looked up by id; only the columns a run reads come back. The claim_id
+-- parameter names this claim in its claim rows, for get_runs_of_lost_claim.
 WITH ready AS (
     SELECT name, execution_id FROM queue_tasks
      WHERE kind = 'run' AND lease_expires_at IS NULL AND available_at <= now()
@@ -99,8 +100,8 @@ WITH ready AS (
     SELECT name, execution_id FROM ready UNION ALL SELECT name, execution_id FROM leftover
      LIMIT %(limit)s
 ), claimed AS (
-    INSERT INTO execution_claims (execution_id, worker_id)
-    SELECT execution_id, %(worker_id)s FROM picked
+    INSERT INTO execution_claims (execution_id, worker_id, claim_id)
+    SELECT execution_id, %(worker_id)s, %(claim_id)s FROM picked
     ON CONFLICT (execution_id) DO NOTHING
     RETURNING execution_id
 ), started AS (
@@ -128,6 +129,22 @@ SELECT s.id, s.tenant_id, s.agent_id, s.schedule_id, s.attempt, s.timeout_minute
   LEFT JOIN LATERAL (SELECT id, instructions, tools, auto_approve FROM agents
                       WHERE id = s.agent_id
                       LIMIT 1) a ON true;  -- LIMIT: looked up by id, never hashed from a scan
+
+-- name: get_runs_of_lost_claim
+-- The runs a claim started whose answer never reached its worker (worker/claim_once_more.py):
+-- still running (the sweep has not judged them), with what claim_queued_executions returns for
+-- each, so the worker takes them over as if the answer had come. No row: the claim did not
+-- commit (its connection died before the commit), and its tasks are still queued.
+SELECT e.id, e.tenant_id, e.agent_id, e.schedule_id, e.attempt, e.timeout_minutes, e.input,
+       e.run_token, e.cancel_requested_at, NULL::bigint AS last_seq,
+       a.id AS agent_found, a.instructions AS agent_instructions,
+       a.tools AS agent_tools, a.auto_approve AS agent_auto_approve
+  FROM execution_claims c
+  JOIN executions e ON e.id = c.execution_id
+  LEFT JOIN LATERAL (SELECT id, instructions, tools, auto_approve FROM agents
+                      WHERE id = e.agent_id
+                      LIMIT 1) a ON true
+ WHERE c.claim_id = %(claim_id)s AND c.worker_id = %(worker_id)s AND e.status = 'running';
 
 -- name: claim_resumed_execution
 -- Take a suspended run back to running with a fresh deadline and run token, and drop the

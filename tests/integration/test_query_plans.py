@@ -75,7 +75,8 @@ def test_the_sweep_still_reads_running_runs_by_their_deadline(busy_database):
 
 def test_a_claim_drops_its_tasks_by_name_whatever_the_backlog(busy_database):
     conn, _, _ = busy_database
-    shown = plan(conn, "claim_queued_executions", {"limit": 16, "worker_id": "w"})
+    shown = plan(conn, "claim_queued_executions", {"limit": 16, "worker_id": "w",
+                                                  "claim_id": new_id()})
     assert "Seq Scan on queue_tasks" not in shown, shown
     assert "queue_tasks_pkey" in shown, shown
 

@@ -9,7 +9,7 @@ import asyncio
 
 import psycopg
 
-from tests.factories import queue_run, scripted_agent
+from tests.factories import queue_run, queue_runs_at_once, scripted_agent
 from tests.integration.workers import running_worker, scalar, until
 from tickwork.sql import failpoints
 
@@ -87,27 +87,13 @@ async def test_thousands_of_free_slots_are_filled_a_bounded_claim_at_a_time(api,
     assert sum(sizes) == runs and max(sizes) <= CLAIM_BATCH and len(sizes) >= 3
 
 
-def queue_many(db_url: str, agent: str, runs: int, *, age: str = "0 seconds") -> None:
-    """``runs`` one-turn runs queued at one commit, available ``age`` ago."""
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("WITH made AS (INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
-                     " trigger_source, scheduled_for, input)"
-                     " SELECT gen_random_uuid(), a.tenant_id, a.id, 'run', 'api', now(),"
-                     " '{\"script\": [{\"text\": \"ok\"}]}' FROM agents a, generate_series(1, %s)"
-                     " WHERE a.id = %s RETURNING id)"
-                     " INSERT INTO queue_tasks (name, kind, execution_id, available_at)"
-                     " SELECT id::text, 'run', id, now() - %s::interval FROM made",
-                     (runs, agent, age))
-
-
 async def test_slots_that_free_while_a_claim_is_in_flight_are_filled_by_other_claims(
         api, pool, db_url):
     from tickwork.worker.runner import CLAIM_BATCH
 
     agent = await scripted_agent(api, [])
-    queue_many(db_url, agent, 1, age="1 hour")  # the oldest: the first claim to look takes it
-    first = scalar(db_url, "SELECT id FROM executions")
-    queue_many(db_url, agent, CLAIM_BATCH + 1)
+    [first] = queue_runs_at_once(db_url, agent, 1, age="1 hour")  # the oldest: taken first
+    queue_runs_at_once(db_url, agent, CLAIM_BATCH + 1)
     # An uncommitted claim of the first run makes the worker's claim that picks it wait (its
     # ON CONFLICT waits for this transaction), with every task it picked locked.
     blocker = psycopg.connect(db_url)

@@ -1,0 +1,70 @@
+"""A claim whose answer never reaches the worker (worker/claim_once_more.py).
+
+A claim lost after it was sent may have committed: it is never sent again, and the runs it
+started are asked for by the claim's own id and taken over at once. Without that they would stay
+running with nobody at work on them until their deadline. A claim that did not commit leaves its
+tasks queued for the next claim. Either way each run is claimed, started and finished once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+
+from tests.factories import queue_runs_at_once, scripted_agent
+from tests.integration.workers import running_worker, scalar, until
+from tickwork.sql import failpoints
+
+WAITING_CLAIM = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND"
+                 " wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                 " AND query LIKE '%%The one statement that starts fresh runs%%'")
+
+
+def once_each(db_url: str, runs: int) -> None:
+    for event in ("run_start", "run_complete"):
+        assert scalar(db_url, "SELECT count(*) FROM run_events WHERE type = %s", (event,)) == runs
+    assert scalar(db_url, "SELECT count(*) FROM execution_claims") == runs
+    assert scalar(db_url, "SELECT count(DISTINCT execution_id) FROM run_events") == runs
+
+
+async def test_the_runs_of_a_committed_claim_whose_answer_was_lost_are_taken_over_at_once(
+        api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    queue_runs_at_once(db_url, agent, 5)
+    failpoints.arm("claim.after_commit", "lose")  # every claim's answer is lost on its way back
+    try:
+        async with running_worker(pool, db_url, concurrency=8):
+            # Their deadline is minutes away: finished now means taken over, not swept.
+            await until(db_url, "SELECT count(*) = 5 FROM executions WHERE status = 'completed'"
+                                " AND outcome = 'done'")
+    finally:
+        failpoints.disarm_all()
+    once_each(db_url, 5)
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE attempt > 1") == 0
+
+
+async def test_a_claim_killed_before_it_committed_leaves_its_tasks_for_the_next_claim(
+        api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    [first] = queue_runs_at_once(db_url, agent, 1, age="1 hour")
+    queue_runs_at_once(db_url, agent, 3)
+    # The claim that picks the first run waits on this uncommitted claim row of it ...
+    blocker = psycopg.connect(db_url)
+    blocker.execute("SET idle_in_transaction_session_timeout = 0")
+    blocker.execute("INSERT INTO execution_claims (execution_id, worker_id) VALUES (%s, 'held')",
+                    (first,))
+    try:
+        async with running_worker(pool, db_url, concurrency=8):
+            await until(db_url, f"SELECT count(*) = 1 FROM ({WAITING_CLAIM}) waiting")
+            # ... and its connection is killed there: it rolls back, claiming nothing.
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                [(pid,)] = conn.execute(WAITING_CLAIM).fetchall()
+                assert conn.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone()[0]
+            blocker.rollback()
+            await until(db_url, "SELECT count(*) = 4 FROM executions WHERE status = 'completed'"
+                                " AND outcome = 'done'")
+    finally:
+        blocker.close()
+    once_each(db_url, 4)
+    assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 0

@@ -715,17 +715,18 @@ def profile_worker(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Nam
             say(f"    {n:6.2f}/run  {name}")
         figures["round_trips_per_run"] = round(round_trips, 2)
         figures["statements_per_run"] = {name: round(n, 3) for name, n in per_run.items()}
-        figures["lease_batch_mean"] = round(
-            runs / max(counter.count.get("claim_resume_tasks", 1), 1), 2)
-        say(f"    a lease statement returned {figures['lease_batch_mean']:.2f} tasks on average")
+        figures["claim_batch_mean"] = round(
+            runs / max(counter.count.get("claim_queued_executions", 1), 1), 2)
+        say(f"    a claim statement started {figures['claim_batch_mean']:.2f} runs on average")
 
         # 2. time per step of one run, at concurrency 1
         serial = max(runs // 4, 50)
         asyncio.run(enqueue_runs(url, tenant_id, agent_id, serial))
         checkpoint(url)
         timer = StepTimer()
-        timer.wrap(runner, "claim_queued_runs", "claim_queued_runs (the one start statement)")
-        timer.wrap(runner, "lease_tasks", "lease_tasks (resumes only)")
+        timer.wrap(runner, "claim_queued_runs_once_more",
+                   "claim_queued_runs (the one start statement)")
+        timer.wrap(runner, "lease_tasks_once_more", "lease_tasks (resumes only)")
         timer.wrap(run_delivery, "run_agent", "run_agent (scripted model turn, buffer events)")
         timer.wrap(RunJournal, "finish", "RunJournal.finish (lock, append, notify, finish)")
         timer.wrap(runner, "run_claimed", "run_claimed (all of one run)")
@@ -850,7 +851,7 @@ def main() -> None:
         "pg_backend_cpu_ms_per_run": figures.get("pg_backend_cpu_ms_per_run"),
         "machine_busy_pct": figures.get("machine_busy_pct"),
         "round_trips_per_run": figures.get("round_trips_per_run"),
-        "lease_batch_mean": figures.get("lease_batch_mean"),
+        "claim_batch_mean": figures.get("claim_batch_mean"),
         "serial_runs_per_s": figures.get("serial_runs_per_s"),
         "serial_worker_cpu_ms_per_run": figures.get("serial_worker_cpu_ms_per_run"),
         "runs": args.runs,

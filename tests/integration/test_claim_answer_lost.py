@@ -13,7 +13,7 @@ import asyncio
 import psycopg
 
 from tests.factories import queue_runs_at_once, scripted_agent
-from tests.integration.workers import running_worker, scalar, until
+from tests.integration.workers import all_done, claim_row_held, running_worker, scalar, until
 from tickwork.sql import failpoints
 
 WAITING_CLAIM = ("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND"
@@ -36,8 +36,7 @@ async def test_the_runs_of_a_committed_claim_whose_answer_was_lost_are_taken_ove
     try:
         async with running_worker(pool, db_url, concurrency=8):
             # Their deadline is minutes away: finished now means taken over, not swept.
-            await until(db_url, "SELECT count(*) = 5 FROM executions WHERE status = 'completed'"
-                                " AND outcome = 'done'")
+            await until(db_url, all_done(5))
     finally:
         failpoints.disarm_all()
     once_each(db_url, 5)
@@ -49,22 +48,15 @@ async def test_a_claim_killed_before_it_committed_leaves_its_tasks_for_the_next_
     agent = await scripted_agent(api, [])
     [first] = queue_runs_at_once(db_url, agent, 1, age="1 hour")
     queue_runs_at_once(db_url, agent, 3)
-    # The claim that picks the first run waits on this uncommitted claim row of it ...
-    blocker = psycopg.connect(db_url)
-    blocker.execute("SET idle_in_transaction_session_timeout = 0")
-    blocker.execute("INSERT INTO execution_claims (execution_id, worker_id) VALUES (%s, 'held')",
-                    (first,))
-    try:
+    # The claim that picks the first run waits on an uncommitted claim row of it ...
+    with claim_row_held(db_url, first) as release:
         async with running_worker(pool, db_url, concurrency=8):
             await until(db_url, f"SELECT count(*) = 1 FROM ({WAITING_CLAIM}) waiting")
             # ... and its connection is killed there: it rolls back, claiming nothing.
             with psycopg.connect(db_url, autocommit=True) as conn:
                 [(pid,)] = conn.execute(WAITING_CLAIM).fetchall()
                 assert conn.execute("SELECT pg_terminate_backend(%s, 10000)", (pid,)).fetchone()[0]
-            blocker.rollback()
-            await until(db_url, "SELECT count(*) = 4 FROM executions WHERE status = 'completed'"
-                                " AND outcome = 'done'")
-    finally:
-        blocker.close()
+            release()
+            await until(db_url, all_done(4))
     once_each(db_url, 4)
     assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 0

@@ -10,7 +10,7 @@ import asyncio
 import psycopg
 
 from tests.factories import queue_run, queue_runs_at_once, scripted_agent
-from tests.integration.workers import running_worker, scalar, until
+from tests.integration.workers import all_done, claim_row_held, running_worker, scalar, until
 from tickwork.sql import failpoints
 
 ONE_TURN = {"script": [{"text": "ok"}]}
@@ -70,20 +70,12 @@ async def test_thousands_of_free_slots_are_filled_a_bounded_claim_at_a_time(api,
 
     agent = await scripted_agent(api, [])
     runs = 2 * CLAIM_BATCH + 10
-    with psycopg.connect(db_url, autocommit=True) as conn:  # queued at one commit
-        conn.execute("INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
-                     " trigger_source, scheduled_for, input)"
-                     " SELECT gen_random_uuid(), a.tenant_id, a.id, 'run', 'api', now(),"
-                     " '{\"script\": [{\"text\": \"ok\"}]}' FROM agents a, generate_series(1, %s)"
-                     " WHERE a.id = %s", (runs, agent))
-        conn.execute("INSERT INTO queue_tasks (name, kind, execution_id)"
-                     " SELECT id::text, 'run', id FROM executions WHERE agent_id = %s", (agent,))
+    queue_runs_at_once(db_url, agent, runs)
     async with running_worker(pool, db_url, concurrency=runs):
-        await until(db_url, "SELECT count(*) = %s FROM executions WHERE status = 'completed'",
-                    (runs,))
-    # Each claim is one statement, so its claims share one claimed_at (its transaction's now()).
+        await until(db_url, all_done(runs))
+    # Each claim statement names itself in its claim rows (claim_id).
     sizes = [row[0] for row in psycopg.connect(db_url).execute(
-        "SELECT count(*) FROM execution_claims GROUP BY claimed_at")]
+        "SELECT count(*) FROM execution_claims GROUP BY claim_id")]
     assert sum(sizes) == runs and max(sizes) <= CLAIM_BATCH and len(sizes) >= 3
 
 
@@ -94,13 +86,8 @@ async def test_slots_that_free_while_a_claim_is_in_flight_are_filled_by_other_cl
     agent = await scripted_agent(api, [])
     [first] = queue_runs_at_once(db_url, agent, 1, age="1 hour")  # the oldest: taken first
     queue_runs_at_once(db_url, agent, CLAIM_BATCH + 1)
-    # An uncommitted claim of the first run makes the worker's claim that picks it wait (its
-    # ON CONFLICT waits for this transaction), with every task it picked locked.
-    blocker = psycopg.connect(db_url)
-    blocker.execute("SET idle_in_transaction_session_timeout = 0")  # the suite's 2 s: not here
-    blocker.execute("INSERT INTO execution_claims (execution_id, worker_id) VALUES (%s, 'held')",
-                    (first,))
-    try:
+    # An uncommitted claim row of the first run makes the worker's claim that picks it wait.
+    with claim_row_held(db_url, first) as release:
         async with running_worker(pool, db_url, concurrency=CLAIM_BATCH + 1):
             # Claims go out two at a time while the queue is full: whichever of them picked
             # the first run waits on it, and the other claims (the first had slots to spare)
@@ -108,11 +95,8 @@ async def test_slots_that_free_while_a_claim_is_in_flight_are_filled_by_other_cl
             await until(db_url, "SELECT count(*) >= 2 FROM executions WHERE status = 'completed'")
             assert scalar(db_url, "SELECT status FROM executions WHERE id = %s", (first,)) == \
                 "queued"
-            blocker.rollback()  # the waiting claim goes on
-            await until(db_url, "SELECT count(*) = %s FROM executions WHERE status = 'completed'",
-                        (CLAIM_BATCH + 2,))
-    finally:
-        blocker.close()
+            release()  # the waiting claim goes on
+            await until(db_url, all_done(CLAIM_BATCH + 2))
     assert scalar(db_url, "SELECT count(*) FROM execution_claims") == CLAIM_BATCH + 2
     assert scalar(db_url, "SELECT count(*) FROM run_events WHERE type = 'run_start'") == \
         CLAIM_BATCH + 2

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 
 import psycopg
 
@@ -82,3 +82,24 @@ class WorkerProcess:
     def terminate(self, timeout: float = 60) -> int:
         self.process.terminate()
         return self.process.wait(timeout=timeout)
+
+
+@contextmanager
+def claim_row_held(db_url: str, run_id):
+    """An uncommitted claim row of ``run_id``: a worker's claim that picks the run waits on it
+    (its ON CONFLICT waits for this transaction), holding every task it picked. Yields the
+    release: a rollback, after which the waiting claim goes on."""
+    holder = psycopg.connect(db_url)
+    holder.execute("SET idle_in_transaction_session_timeout = 0")  # the suite's 2 s: not here
+    holder.execute("INSERT INTO execution_claims (execution_id, worker_id) VALUES (%s, 'held')",
+                   (run_id,))
+    try:
+        yield holder.rollback
+    finally:
+        holder.close()
+
+
+def all_done(runs: int) -> str:
+    """The condition (for until) that exactly ``runs`` runs completed with outcome done."""
+    return (f"SELECT count(*) = {int(runs)} FROM executions"
+            " WHERE status = 'completed' AND outcome = 'done'")

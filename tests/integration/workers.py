@@ -7,6 +7,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import asynccontextmanager, contextmanager
 
@@ -69,11 +70,19 @@ class WorkerProcess:
 
     def __init__(self, db_url: str, *, concurrency: int | None = 2, **env: str) -> None:
         flag = [] if concurrency is None else ["--concurrency", str(concurrency)]  # None: env's
+        # Its log lines and any traceback go to a file (a pipe nobody reads could fill and
+        # stall it), for a failing test to show (log()).
+        self._log = tempfile.NamedTemporaryFile(prefix="tickwork-worker-", suffix=".log")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tickwork.cli", "worker", *flag],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "TICKWORK_DATABASE_URL": db_url, "TICKWORK_TEST_MODE": "1",
                  "TICKWORK_POLL_INTERVAL_SECONDS": "0.2", **env})
+
+    def log(self, tail: int = 20_000) -> str:
+        """The last ``tail`` characters the process has written."""
+        with open(self._log.name, encoding="utf-8", errors="replace") as written:
+            return written.read()[-tail:]
 
     def kill(self) -> None:
         self.process.kill()

@@ -239,13 +239,13 @@ async def once_more(operation: Callable[[], Awaitable[T]], *, repeatable: bool =
     before that, run it once more; so too after any lost connection when ``repeatable`` (safe
     to run twice whatever the first run did: a read, an idempotent statement). Each attempt is
     judged the same way, up to ATTEMPTS in all. Anything else is raised as it came."""
-    for attempt in range(1, ATTEMPTS + 1):
+    for _ in range(ATTEMPTS - 1):
         with watching() as watch:
             try:
                 return await operation()
             except psycopg.OperationalError as exc:
-                if attempt == ATTEMPTS or not (connection_lost(exc)
-                                               and watch.worth_once_more(repeatable)):
+                if not (connection_lost(exc) and watch.worth_once_more(repeatable)):
                     raise
                 note_retry(watch, name, exc)
-    raise AssertionError("unreachable: the last attempt returns or raises")
+    with watching():  # the last attempt: whatever it raises is the operation's
+        return await operation()

@@ -72,7 +72,7 @@ class OnceMore:
 
 def replaying(read: list[Message], receive: Receive) -> Receive:
     """The body the first attempt read, again; then the client's own messages (a disconnect)."""
-    replay = iter(list(read))
+    replay = iter(read)  # only the first attempt records: it is not added to meanwhile
 
     async def receive_again() -> Message:
         return next(replay, None) or await receive()

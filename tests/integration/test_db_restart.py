@@ -271,12 +271,17 @@ def checkout_gate():
         failpoints.disarm_all()
 
 
-async def kill_at_the_gate(db_url: str) -> None:
+async def kill_at_the_gate(db_url: str, times: int = 1) -> None:
     """Once a checkout waits at the gate, kill every pooled session (the one checked out too:
-    it passed its checkout test alive) and let the checkout go on to its first statement."""
-    await failpoints.wait_reached("after_checkout")
-    assert terminate_backends(db_url, "tickwork-test") >= 1
-    failpoints.release("after_checkout")
+    it passed its checkout test alive) and let the checkout go on to its first statement;
+    ``times`` over: each checkout in turn (the first, then each fresh one its retry takes)."""
+    for n in range(1, times + 1):
+        gate = "after_checkout" if n == 1 else f"after_checkout_{n}"
+        await failpoints.wait_reached(gate)
+        assert terminate_backends(db_url, "tickwork-test") >= 1
+        failpoints.arm("db.after_checkout",
+                       f"block:after_checkout_{n + 1}" if n < times else "sleep:0")
+        failpoints.release(gate)
 
 
 async def test_a_run_start_whose_connection_died_after_checkout_runs_once_on_a_fresh_one(
@@ -293,18 +298,6 @@ async def test_a_run_start_whose_connection_died_after_checkout_runs_once_on_a_f
     assert retried["unsent"] == before["unsent"] + 1
 
 
-async def kill_at_gates(db_url: str, times: int) -> None:
-    """kill_at_the_gate ``times`` over: each checkout in turn (the first, then each fresh one
-    its retry takes) finds every pooled session killed before its first statement."""
-    for n in range(1, times + 1):
-        gate = "after_checkout" if n == 1 else f"after_checkout_{n}"
-        await failpoints.wait_reached(gate)
-        assert terminate_backends(db_url, "tickwork-test") >= 1
-        failpoints.arm("db.after_checkout",
-                       f"block:after_checkout_{n + 1}" if n < times else "sleep:0")
-        failpoints.release(gate)
-
-
 async def test_a_run_start_whose_fresh_connection_died_too_runs_once_on_a_third(api, db_url):
     # A restart's goodbyes reach the pool's sessions some milliseconds apart: the retry's
     # fresh connection may be the next to go. Each attempt that sent nothing is run again.
@@ -312,7 +305,7 @@ async def test_a_run_start_whose_fresh_connection_died_too_runs_once_on_a_third(
     before = dict(retried)
     with checkout_gate():
         start = asyncio.create_task(api.post(f"/v1/agents/{agent}/runs", json={"input": {}}))
-        await kill_at_gates(db_url, times=2)
+        await kill_at_the_gate(db_url, times=2)
         response = await start
     assert response.status_code == 202, response.text
     assert scalar(db_url, "SELECT count(*) FROM executions") == 1
@@ -323,7 +316,7 @@ async def test_a_run_start_lost_on_every_attempt_is_a_503_and_makes_nothing(api,
     agent = (await create_agent(api))["id"]
     with checkout_gate():
         start = asyncio.create_task(api.post(f"/v1/agents/{agent}/runs", json={"input": {}}))
-        await kill_at_gates(db_url, times=ATTEMPTS)
+        await kill_at_the_gate(db_url, times=ATTEMPTS)
         response = await start
     assert response.status_code == 503, response.text
     assert response.json()["error"] == "database_unavailable"

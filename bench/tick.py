@@ -10,9 +10,13 @@ a small one (a tenth of it, the same number due) are loaded in turn. For each, t
 floor are measured alternately, ``--repeat`` times per batch size, from the same reset state:
 
 - tick:  ``dispatch_due(pool, now=T, batch_size=B, missed_limit=1440)`` -- claim, plan, insert
-         executions + queue tasks, advance next_run, one transaction per batch.
+         executions + queue tasks, advance next_run, one transaction per batch, batches in
+         ``LANES`` (2) at once.
 - floor: the least any SKIP LOCKED dispatcher must do -- the same due scan with FOR UPDATE SKIP
-         LOCKED and an UPDATE of next_run on the claimed ids, one transaction per batch.
+         LOCKED and an UPDATE of next_run on the claimed ids, one transaction per batch, one
+         batch at a time (the goal's floor: ``ratio``).
+- floor_lanes: the same floor with its batches in as many lanes as the tick's
+         (``ratio_vs_floor_in_lanes``: what the tick costs over the floor, like for like).
 
 Each run is verified (every due row handled; for the tick one execution and one queue task each)
 and reports its wall time, the WAL it wrote (own records, no full-page images, with
@@ -50,7 +54,8 @@ from psycopg_pool import AsyncConnectionPool
 # DueSchedule, plan_batch and batch_params: --explain builds a batch's parameters exactly as
 # dispatch_once does.
 from scratch import describe_server, process_cpu_s, say, scratch_database  # bench/scratch.py
-from tickwork.scheduler.dispatcher import batch_params, dispatch_due
+from tickwork.scheduler import dispatcher
+from tickwork.scheduler.dispatcher import batch_params, dispatch_due, in_lanes
 from tickwork.scheduler.planner import CronCache, DueSchedule, plan_batch
 from tickwork.sql import QUERIES
 from tickwork.sql.db import open_pool
@@ -208,15 +213,23 @@ async def run_tick(pool: AsyncConnectionPool, batch: int) -> int:
     return result.created
 
 
-async def run_floor(pool: AsyncConnectionPool, batch: int) -> int:
-    """The same loop shape as dispatch_due: batches until one comes back short."""
+async def run_floor(pool: AsyncConnectionPool, batch: int, lanes: int = 1) -> int:
+    """The same loop shape as dispatch_due: batches until one comes back short (in each lane)."""
     handled = 0
-    while True:
+
+    async def one_batch() -> bool:
+        nonlocal handled
         async with pool.connection() as conn:
             claimed = await _floor_once(conn, batch)
         handled += claimed
-        if claimed < batch:
-            return handled
+        return claimed == batch
+
+    await in_lanes(lanes, one_batch)
+    return handled
+
+
+async def run_floor_in_lanes(pool: AsyncConnectionPool, batch: int) -> int:
+    return await run_floor(pool, batch, lanes=dispatcher.LANES)
 
 
 async def _floor_once(conn: psycopg.AsyncConnection, batch: int) -> int:
@@ -229,7 +242,8 @@ async def _floor_once(conn: psycopg.AsyncConnection, batch: int) -> int:
 
 
 RUNNERS: dict[str, Callable[[AsyncConnectionPool, int], Awaitable[int]]] = {
-    "tick": run_tick, "floor": run_floor}
+    "tick": run_tick, "floor": run_floor, "floor_lanes": run_floor_in_lanes}
+KINDS = tuple(RUNNERS)
 
 
 class Run(NamedTuple):
@@ -249,11 +263,11 @@ async def measure_dataset(url: str, label: str, due_ids: list[UUID], args: argpa
     """Time tick and floor ``repeat`` times per batch size, alternating which goes first so that
     drift on a noisy machine lands on both."""
     timings: Timings = defaultdict(list)
-    pool = await open_pool(url, application_name=APPLICATION_NAME, min_size=1, max_size=2)
+    pool = await open_pool(url, application_name=APPLICATION_NAME, min_size=1, max_size=max(2, dispatcher.LANES))
     try:
         with psycopg.connect(url, autocommit=True) as admin:
             for rep in range(args.repeat):
-                order = ("tick", "floor") if rep % 2 == 0 else ("floor", "tick")
+                order = KINDS if rep % 2 == 0 else KINDS[::-1]
                 for batch in BATCH_SIZES:
                     for kind in order:
                         reset(admin, due_ids, checkpoint_last=args.after_checkpoint)
@@ -375,7 +389,7 @@ def summarize(label: str, timings: Timings) -> dict[str, float]:
     """Median and min per (kind, batch); prints one line per batch size."""
     figures: dict[str, float] = {}
     for batch in BATCH_SIZES:
-        for kind in ("tick", "floor"):
+        for kind in KINDS:
             runs = timings[(kind, batch)]
             figures[f"{kind}_{batch}"] = round(statistics.median(r.ms for r in runs), 1)
             figures[f"{kind}_min_{batch}"] = round(min(r.ms for r in runs), 1)
@@ -386,10 +400,14 @@ def summarize(label: str, timings: Timings) -> dict[str, float]:
             figures[f"{kind}_backend_cpu_ms_{batch}"] = (
                 None if None in backend else round(statistics.median(backend)))
         figures[f"ratio_{batch}"] = round(figures[f"tick_{batch}"] / figures[f"floor_{batch}"], 2)
+        figures[f"ratio_lanes_{batch}"] = round(
+            figures[f"tick_{batch}"] / figures[f"floor_lanes_{batch}"], 2)
         say(f"{label} batch {batch}: tick median {figures[f'tick_{batch}']} ms "
             f"(min {figures[f'tick_min_{batch}']}, {figures[f'tick_wal_mb_{batch}']} MB WAL), "
             f"floor median {figures[f'floor_{batch}']} ms (min {figures[f'floor_min_{batch}']}, "
             f"{figures[f'floor_wal_mb_{batch}']} MB WAL), tick/floor {figures[f'ratio_{batch}']}x")
+        say(f"{label} batch {batch}: floor in {dispatcher.LANES} lanes median "
+            f"{figures[f'floor_lanes_{batch}']} ms, tick/that floor {figures[f'ratio_lanes_{batch}']}x")
         say(f"{label} batch {batch}: CPU median, python/backend: tick "
             f"{figures[f'tick_python_cpu_ms_{batch}']}/{figures[f'tick_backend_cpu_ms_{batch}']} ms,"
             f" floor {figures[f'floor_python_cpu_ms_{batch}']}/"
@@ -407,6 +425,9 @@ def final_json(args: argparse.Namespace, small: int, big: dict[str, float],
         "ratio_100k": little[f"ratio_{b}"],
         "growth_1m_vs_100k": round(big[f"tick_{b}"] / little[f"tick_{b}"], 2),
         "floor_growth_1m_vs_100k": round(big[f"floor_{b}"] / little[f"floor_{b}"], 2),
+        # The like-for-like floor: the same claim-and-advance in as many lanes as the tick.
+        "floor_lanes_ms": big[f"floor_lanes_{b}"], "ratio_vs_floor_in_lanes": big[f"ratio_lanes_{b}"],
+        "lanes": dispatcher.LANES,
         "tick_ms_batch5000": big["tick_5000"], "floor_ms_batch5000": big["floor_5000"],
         "ratio_batch5000": big["ratio_5000"],
         "tick_wal_mb": big[f"tick_wal_mb_{b}"], "floor_wal_mb": big[f"floor_wal_mb_{b}"],
@@ -433,6 +454,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--collector", choices=("process", "default"), default="process",
                         help="the garbage collector as `tickwork scheduler` sets it after start-up "
                              "(tickwork.runtime.settle_after_start_up), or Python's defaults")
+    parser.add_argument("--lanes", type=int, default=dispatcher.LANES,
+                        help="batches the tick (and floor_lanes) keeps in flight; 1 is the tick "
+                             "as it was before it had lanes")
     parser.add_argument("--agents", type=int, default=1_000, help="agents (at least)")
     parser.add_argument("--after-checkpoint", action="store_true",
                         help="checkpoint right before each run, so runs pay full-page writes")
@@ -444,6 +468,8 @@ def parse_args() -> argparse.Namespace:
                      "(the small data set holds a tenth of them, all due ones included)")
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.lanes < 1:
+        parser.error("--lanes must be at least 1")
     return args
 
 
@@ -461,6 +487,7 @@ def main() -> None:
     # Library logs (migrations, the embedded server) go to stderr: stdout ends with the JSON line.
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     check_due_crons()
+    dispatcher.LANES = args.lanes
     if args.collector == "process":  # as `tickwork scheduler` runs its ticks
         settle_after_start_up()
     say(f"garbage collector: {args.collector} (thresholds {gc.get_threshold()})")

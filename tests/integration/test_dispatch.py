@@ -9,7 +9,8 @@ import pytest
 
 from tickwork.scheduler.dispatcher import dispatch_due, dispatch_once
 from tickwork.scheduler.tick import run_tick
-from tickwork.sql.db import connect
+from tickwork.sql import failpoints
+from tickwork.sql.db import connect, open_pool
 from tests.factories import count, make_agent, make_schedules, make_tenant, many_agents
 
 UTC = timezone.utc
@@ -51,6 +52,42 @@ async def test_two_dispatchers_claim_each_due_schedule_once(db_url):
     assert sql_count(db_url, "SELECT count(*) FROM executions") == 200
     assert sql_count(db_url, "SELECT count(DISTINCT schedule_id) FROM executions") == 200
     assert sql_count(db_url, "SELECT count(*) FROM queue_tasks") == 200
+
+
+async def test_two_lanes_hold_a_batch_each_at_once_and_fire_every_due_schedule_once(db_url):
+    """dispatch_due keeps LANES (2) batches in flight: both wait before their commits at once,
+    the third ten is left unlocked meanwhile, and in the end every schedule fired once."""
+    every_minute_schedules(db_url, 30)
+    with psycopg.connect(db_url, autocommit=True) as conn:  # held batches outlast the suite's 2 s
+        conn.execute(f"ALTER DATABASE {conn.info.dbname} SET idle_in_transaction_session_timeout = 0")
+    pool = await open_pool(db_url, application_name="tickwork-test-lanes", max_size=2)
+    failpoints.arm("tick.after_insert_before_commit", "block:batch")
+    try:
+        tick = asyncio.create_task(dispatch_due(pool, now=T0, batch_size=10, missed_limit=10))
+        await asyncio.wait_for(failpoints.wait_reached("batch"), 30)
+        await asyncio.wait_for(_until_unlocked_due(db_url, 10), 30)  # one lane: stays at 20
+        failpoints.release("batch")
+        result = await asyncio.wait_for(tick, 30)
+    finally:
+        failpoints.disarm_all()
+        await pool.close()
+    assert (result.claimed, result.created) == (30, 30)
+    assert sql_count(db_url, "SELECT count(DISTINCT schedule_id) FROM executions") == 30
+    assert sql_count(db_url, "SELECT count(*) FROM executions") == 30
+    assert sql_count(db_url, "SELECT count(*) FROM schedules WHERE next_run <= %s", (T0,)) == 0
+
+
+async def _until_unlocked_due(db_url: str, wanted: int) -> None:
+    """Until exactly ``wanted`` due schedules can be locked by someone else (the rest are held
+    by the tick's batches); each look locks them only for its own rolled-back transaction."""
+    with psycopg.connect(db_url) as conn:
+        while True:
+            free = count(conn, "SELECT count(*) FROM (SELECT id FROM schedules WHERE next_run <= %s"
+                               " FOR UPDATE SKIP LOCKED) s", (T0,))
+            conn.rollback()
+            if free == wanted:
+                return
+            await asyncio.sleep(0.01)  # a lock taken is not announced: look again soon
 
 
 async def test_every_execution_has_a_queue_task_named_by_its_id(db_url, pool):
@@ -241,7 +278,6 @@ async def test_a_session_time_zone_other_than_utc_fires_utc_crons_at_their_utc_t
     """Cron is UTC: a database (or a role, or a pooler) whose TimeZone is Asia/Kolkata hands the
     tick timestamps at +05:30, and the tick must still fire '0 9 * * *' at 09:00 UTC, record it
     at 09:00 UTC and move next_run to 09:00 UTC the next day."""
-    from tickwork.sql.db import open_pool
 
     with psycopg.connect(db_url) as conn:
         tenant = make_tenant(conn)

@@ -105,7 +105,7 @@ async def test_r10_a_deploy_mid_model_call_and_mid_tool_loses_no_run_and_cancels
     """RELIABILITY R10: SIGTERM one of two workers while runs are mid-model-call and mid-tool;
     past the short grace period each is released and its retry, queued at once, completes on
     the other worker; a run waiting for approval is untouched."""
-    thinking = await queue_runs(db_url, [{"sleep": 10}, {"text": "Thought it through."}],
+    thinking = await queue_runs(db_url, [{"sleep": 1}, {"text": "Thought it through."}],
                                 count=2, tools=("demo.get_record",))
     in_tool = await queue_runs(db_url, [{"tool_calls": [{"name": "demo.get_record",
                                                           "arguments": {"id": 7}}]},
@@ -114,9 +114,12 @@ async def test_r10_a_deploy_mid_model_call_and_mid_tool_loses_no_run_and_cancels
         "name": "demo.send_message", "arguments": {"recipient": "ops", "text": "hi"}}]},
         {"text": "Sent."}], tools=("demo.send_message",), auto_approve=())
     released = thinking + in_tool
-    # Worker A holds every run: the tool runs stop inside their tool call (after its effect).
+    # Worker A holds every run: the thinking runs stay in their model call and the tool runs
+    # stop inside their tool call (after its effect), however slow the machine is; their
+    # retries on B think for a second and run their tool at once.
     a = WorkerProcess(db_url, concurrency=5, TICKWORK_SHUTDOWN_GRACE_SECONDS="1",
-                      TICKWORK_FAILPOINTS="run.after_tool_effect_before_tool_complete=sleep:600000")
+                      TICKWORK_FAILPOINTS="run.after_tool_effect_before_tool_complete=sleep:600000,"
+                                          "model.scripted_sleep=sleep:600000")
     await until(db_url, "SELECT (SELECT count(*) FROM run_events WHERE type = 'step_start'"
                         "         AND execution_id = ANY(%s::uuid[])) = 2"
                         " AND (SELECT count(*) FROM run_events WHERE type = 'tool_start'"

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
+from tickwork.sql import failpoints
 from tickwork.worker.model import (Message, Reply, RunView, TextSink, ToolCall, ToolSchema, Usage,
                           canonical_name)
 
@@ -244,6 +245,8 @@ class ScriptedProvider:
             return Reply(text=verdict_at(given.get("judge"), run.judge_calls))
         delay, turn = turn_at(self._segments(given.get("script")), run.model_turns)
         if delay > 0:
+            # Tests: a worker whose scripted "thinking" must outlast whatever they do to it.
+            await failpoints.hit("model.scripted_sleep")
             await self._sleep(delay)
         file_ref = last_file_ref(messages)
         # Ids carry the run's turn number, so they stay unique when the last turn repeats

@@ -19,6 +19,7 @@ from psycopg_pool import AsyncConnectionPool
 from tickwork.scheduler.planner import CronCache, DueSchedule, FirePlan, plan_batch
 from tickwork.sql import QUERIES, failpoints
 from tickwork.sql.ids import new_id_text
+from tickwork.sql.pool import once_more
 
 # Batches in flight at once. One lane alternates: the backend waits while Python plans a batch,
 # then Python waits while the backend writes it; with two, one lane's planning overlaps the other
@@ -77,10 +78,15 @@ async def dispatch_due(pool: AsyncConnectionPool, *, now: datetime | None, batch
     total = DispatchResult()
     cache = CronCache()  # keyed by tick time too, so it stays right across batches
 
-    async def one_batch() -> bool:
+    async def on_a_connection() -> DispatchResult:
         async with pool.connection() as conn:
-            batch = await dispatch_once(conn, now=now, limit=batch_size,
-                                        missed_limit=missed_limit, cache=cache)
+            return await dispatch_once(conn, now=now, limit=batch_size,
+                                       missed_limit=missed_limit, cache=cache)
+
+    async def one_batch() -> bool:
+        # A batch whose connection was found closed before it sent anything (a restart) runs
+        # on a fresh one, whatever the other lane has done: this batch did nothing.
+        batch = await once_more(on_a_connection, name="tick_batch")
         total.add(batch)
         return batch.claimed == batch_size
 

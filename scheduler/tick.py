@@ -2,7 +2,8 @@
 
 The tick is never retried: a failure is logged and dropped, and the next tick (a minute later)
 re-evaluates everything. (A tick whose very first statement found its connection already
-closed has done nothing; it is not retried but run, once, on a fresh connection.) The
+closed has done nothing; it is not retried but run, once, on a fresh connection; so is each of
+its batches, each its own transaction: scheduler/dispatcher.py.) The
 in-process APScheduler job, ``tickwork tick`` and ``POST /v1/tick`` all call ``run_tick``.
 """
 

@@ -26,6 +26,10 @@ One tenant and one agent with no tools; every run has the input ``{"script": [{"
               its schema installed with its CLI (``pgq install``) into the same scratch database,
               N no-op jobs enqueued in batches, one QueueManager process (asyncpg, dequeue batch
               size C) drains them; jobs/s = N / (first 'picked' .. last 'successful' in its log).
+              Its default puts no bound on the jobs in flight (it dequeues the next batch while
+              the last runs); a second drain holds at most C in flight, as --concurrency C
+              holds runs (batch C/2: pgqueuer wants the bound at least twice the batch):
+              ``ratio_vs_pgqueuer_bounded``, like for like.
 - profile:    (``--profile-runs``, default 1,000) an in-process Worker wired by the same
               ``build_worker`` the CLI uses, with psycopg's cursor execute and transaction
               enter/exit wrapped: statements and round trips per run by query name, and the
@@ -456,6 +460,7 @@ PGQUEUER_DRIVER = textwrap.dedent('''
     async def main(cfg):
         dsn, jobs, batch = cfg["dsn"], cfg["jobs"], cfg["batch_size"]
         conn = await asyncpg.connect(dsn)
+        await conn.execute("TRUNCATE pgqueuer_log")  # this drain's log only
         queries = Queries(AsyncpgDriver(conn))
         started = time.perf_counter()
         for offset in range(0, jobs, 1000):
@@ -474,7 +479,8 @@ PGQUEUER_DRIVER = textwrap.dedent('''
 
         started = time.perf_counter()
         await qm.run(mode=QueueExecutionMode.drain, batch_size=batch,
-                     dequeue_timeout=timedelta(seconds=1))
+                     dequeue_timeout=timedelta(seconds=1),
+                     max_concurrent_tasks=cfg["max_concurrent_tasks"])
         wall_s = time.perf_counter() - started
         await qm_conn.close()
 
@@ -526,19 +532,26 @@ def pgqueuer_venv(args: argparse.Namespace, scratch: Path) -> Path:
     return venv
 
 
-def measure_pgqueuer(url: str, args: argparse.Namespace, scratch: Path
+def measure_pgqueuer(url: str, args: argparse.Namespace, scratch: Path, *, batch: int,
+                     max_in_flight: int | None
                      ) -> tuple[float | None, str | None, dict[str, Any]]:
-    """(jobs/s, reason it is missing, details). Never guesses: any failure gives None."""
+    """(jobs/s, reason it is missing, details) of one QueueManager draining ``args.runs`` no-op
+    jobs, ``batch`` per dequeue, at most ``max_in_flight`` picked at once (None: no bound, its
+    default). Never guesses: any failure gives None."""
     try:
         venv = pgqueuer_venv(args, scratch)
         dsn = as_url(url)
-        installed = subprocess.run([str(venv / "bin" / "pgq"), "--pg-dsn", dsn, "install"],
-                                   capture_output=True, text=True, timeout=300)
-        if installed.returncode != 0:
-            return None, f"pgq install failed: {installed.stderr.strip()[-800:]}", {}
+        with psycopg.connect(url) as conn:  # installed by an earlier drain of this run?
+            present = conn.execute("SELECT to_regclass('pgqueuer') IS NOT NULL").fetchone()[0]
+        if not present:
+            installed = subprocess.run([str(venv / "bin" / "pgq"), "--pg-dsn", dsn, "install"],
+                                       capture_output=True, text=True, timeout=300)
+            if installed.returncode != 0:
+                return None, f"pgq install failed: {installed.stderr.strip()[-800:]}", {}
         driver = scratch / "pgqueuer_driver.py"
         driver.write_text(PGQUEUER_DRIVER)
-        config = json.dumps({"dsn": dsn, "jobs": args.runs, "batch_size": args.concurrency})
+        config = json.dumps({"dsn": dsn, "jobs": args.runs, "batch_size": batch,
+                             "max_concurrent_tasks": max_in_flight})
         ran = subprocess.run([str(venv / "bin" / "python"), str(driver), config],
                              capture_output=True, text=True, timeout=1800)
         if ran.returncode != 0:
@@ -550,8 +563,9 @@ def measure_pgqueuer(url: str, args: argparse.Namespace, scratch: Path
     if result["done"] != args.runs or result["left_in_queue"]:
         return None, f"pgqueuer did not finish every job: {result}", result
     rate = args.runs / result["span_s"]
+    bound = f"at most {max_in_flight} in flight" if max_in_flight else "no bound in flight"
     say(f"pgqueuer {result['version']}: {args.runs:,} no-op jobs by one QueueManager process "
-        f"(asyncpg, dequeue batch {args.concurrency}) in {result['span_s']:.2f} s (first picked "
+        f"(asyncpg, dequeue batch {batch}, {bound}) in {result['span_s']:.2f} s (first picked "
         f".. last successful in its log) = {rate:,.0f} jobs/s; {result['wall_s']:.2f} s wall; "
         f"enqueued in {result['enqueue_s']:.2f} s")
     return rate, None, result
@@ -790,6 +804,7 @@ def main() -> None:
     scratch = Path(tempfile.mkdtemp(prefix="tickwork-bench-runs-work-"))
     figures: dict[str, Any] = {}
     pgq_rate, pgq_reason = None, "skipped (--no-pgqueuer)"
+    bounded_rate = None
     try:
         with scratch_database(SCRATCH_DB) as url:
             describe_server(url, ("shared_buffers", "synchronous_commit", "wal_sync_method",
@@ -811,9 +826,21 @@ def main() -> None:
                     worker.stop()
 
             if not args.no_pgqueuer:
-                pgq_rate, pgq_reason, _ = measure_pgqueuer(url, args, scratch)
+                # As the goal reads: dequeue batch C and pgqueuer's default, no bound on the
+                # jobs in flight (it dequeues the next batch while the last runs).
+                pgq_rate, pgq_reason, _ = measure_pgqueuer(url, args, scratch,
+                                                           batch=args.concurrency,
+                                                           max_in_flight=None)
                 if pgq_rate is None:
                     say(f"pgqueuer: no figure ({pgq_reason})")
+                if args.concurrency >= 2:
+                    # Like for like: at most C jobs in flight, as --concurrency C holds runs
+                    # (pgqueuer wants the bound at least twice the batch: batch C/2).
+                    bounded_rate, bounded_reason, _ = measure_pgqueuer(
+                        url, args, scratch, batch=args.concurrency // 2,
+                        max_in_flight=args.concurrency)
+                    if bounded_rate is None:
+                        say(f"pgqueuer bounded: no figure ({bounded_reason})")
 
             if args.profile_runs:
                 figures.update(profile_worker(url, tenant_id, agent_id, args,
@@ -822,6 +849,7 @@ def main() -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
     ratio = round(figures["runs_per_s"] / pgq_rate, 3) if pgq_rate else None
+    bounded_ratio = round(figures["runs_per_s"] / bounded_rate, 3) if bounded_rate else None
     figures["floor_rows_per_s"] = round(floor, 1)
     say(f"tickwork {figures['runs_per_s']:,.0f} runs/s = "
         f"{figures['runs_per_s'] / floor:.2f}x the floor ({floor:,.0f} rows/s at batch "
@@ -836,6 +864,8 @@ def main() -> None:
         "pgqueuer_jobs_per_s": round(pgq_rate, 1) if pgq_rate else None,
         "pgqueuer_missing_reason": pgq_reason if pgq_rate is None else None,
         "ratio_vs_pgqueuer": ratio,
+        "pgqueuer_bounded_jobs_per_s": round(bounded_rate, 1) if bounded_rate else None,
+        "ratio_vs_pgqueuer_bounded": bounded_ratio,
         "ratio_vs_floor": round(figures["runs_per_s"] / floor, 3),
         "goal_ratio_vs_pgqueuer": 1.2,
         "pickup_p50_ms": figures["pickup_p50_ms"],

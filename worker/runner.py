@@ -4,7 +4,9 @@ LISTEN runs on its own direct connection and is re-established after any error; 
 shortens the wait. Every poll interval the worker looks for tasks anyway, so a lost listener
 (or a missed notification) delays work by at most one interval and never loses it.
 
-A stop (SIGTERM) ends claiming at once; runs in hand get the grace period to finish. A run
+A stop (SIGTERM) ends claiming at once; claims still out and runs in hand share the grace
+period: a claim not answered by its end is cancelled in the server (Postgres away, a row lock
+held), and the runs a claim delivered get what is left of it to finish. A run
 still going after it is released, never cancelled (only a person cancels): it is interrupted
 where it stands (model call or tool), journaled, and handed on at once, as a new attempt any
 worker can take, or, if it was resumed after an approval, back to its pause with the decision
@@ -73,9 +75,11 @@ class Worker:
         finally:
             listener.cancel()
             stopping.cancel()
-            # A claim in flight may have started runs: they are delivered, then drained.
-            await asyncio.gather(*self._claims, return_exceptions=True)
-            await self._drain()
+            # One grace period for both: the claims still out, then the runs in hand.
+            grace = self.deps.settings.shutdown_grace_seconds
+            deadline = asyncio.get_running_loop().time() + grace
+            await self._claims_answered(deadline)
+            await self._drain(deadline)
             log.info("worker_stopped", worker_id=self.deps.worker_id)
 
     def _claim_for_free_slots(self) -> bool:
@@ -95,13 +99,20 @@ class Worker:
         """Take work for ``free`` slots: fresh runs claimed in one statement first, then leased
         resume tasks, and start delivering each. A claim that comes back full wakes the loop
         for the next; one that does not leaves it waiting for a slot, a task or a poll."""
+        runs: list = []
+        tasks: list = []
         try:
             # A claim whose connection a restart closed before it was sent runs once more.
             runs = await claim_queued_runs_once_more(self.deps.pool, limit=free,
                                                      worker_id=self.deps.worker_id)
+            if runs:  # run_start is committed: delivered now, and their tails learn it at once
+                self.deps.journal_writer.notifier.runs_changed(run.id for run in runs)
+                self._deliver(run_claimed, runs)
+            # A lease cut short by a stop is not lost: it expires and is delivered again.
             tasks = [] if len(runs) == free else await lease_tasks_once_more(
                 self.deps.pool, limit=free - len(runs),
                 lease_seconds=self.deps.settings.lease_seconds)
+            self._deliver(handle_task, tasks)
         except psycopg.Error as exc:  # Postgres restarting: the next poll tries again
             log.warning("lease_failed", error=type(exc).__name__)
             self._queue_has_more = False
@@ -111,17 +122,18 @@ class Worker:
             self._queue_has_more = False
             return
         finally:
-            self._asked -= free
-        if runs:  # run_start is committed: their tails learn it at once
-            self.deps.journal_writer.notifier.runs_changed(run.id for run in runs)
-        for deliver, work in [(run_claimed, run) for run in runs] + [
-                (handle_task, task) for task in tasks]:
-            slot = _Slot(self)
-            self._active.add(asyncio.create_task(self._handle(deliver(work, self.deps,
-                                                                      slot.free), slot)))
+            self._asked -= free - len(runs) - len(tasks)  # what was delivered, _deliver took
         self._queue_has_more = len(runs) + len(tasks) == free
         if self._queue_has_more:
             self._wake.set()
+
+    def _deliver(self, deliver, items: list) -> None:
+        """Start delivering each item: the slots its claim asked for are now held by them."""
+        self._asked -= len(items)
+        for work in items:
+            slot = _Slot(self)
+            self._active.add(asyncio.create_task(self._handle(deliver(work, self.deps,
+                                                                      slot.free), slot)))
 
     async def _handle(self, work, slot: "_Slot") -> None:
         try:
@@ -144,14 +156,27 @@ class Worker:
         await stop.wait()
         self._wake.set()
 
-    async def _drain(self) -> None:
-        """Stop claiming; let running agents finish within the grace period, then interrupt
-        each one still going, whose delivery releases it (run_delivery._release); a release still
-        unwritten after RELEASE_MARGIN_SECONDS is abandoned to the stale sweep."""
+    async def _claims_answered(self, deadline: float) -> None:
+        """Wait for the claims in flight (their runs are delivered as they come) until the
+        deadline; then give up on the rest (Postgres away, a claim waiting on a row lock): the
+        statement is cancelled, so a claim that had not committed started nothing, and the
+        runs of one that committed unanswered are left to the stale sweep."""
+        if not self._claims:
+            return
+        _, late = await asyncio.wait(set(self._claims), timeout=_left(deadline))
+        if late:
+            log.warning("claims_given_up", count=len(late))
+            for claim in late:
+                claim.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+
+    async def _drain(self, deadline: float) -> None:
+        """Stop claiming; let running agents finish until the grace period's deadline, then
+        interrupt each one still going, whose delivery releases it (run_delivery._release); a
+        release still unwritten after RELEASE_MARGIN_SECONDS is abandoned to the stale sweep."""
         if not self._active:
             return
-        _, pending = await asyncio.wait(set(self._active),
-                                        timeout=self.deps.settings.shutdown_grace_seconds)
+        _, pending = await asyncio.wait(set(self._active), timeout=_left(deadline))
         if not pending:
             return
         log.warning("releasing_runs", count=len(pending))
@@ -162,6 +187,11 @@ class Worker:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _left(deadline: float) -> float:
+    """Seconds from now to ``deadline`` on the event loop's clock (none once it has passed)."""
+    return max(0.0, deadline - asyncio.get_running_loop().time())
 
 
 class _Slot:

@@ -4,6 +4,9 @@ A claim lost after it was sent may have committed: it is never sent again, and t
 started are asked for by the claim's own id and taken over at once. Without that they would stay
 running with nobody at work on them until their deadline. A claim that did not commit leaves its
 tasks queued for the next claim. Either way each run is claimed, started and finished once.
+Around the claim: its runs are delivered as soon as it answers, so a lease that fails after it
+does not strand them; and a worker that stops gives up a claim still out when its grace period
+ends (one stuck on a row lock here), which rolls back and leaves its task queued.
 """
 
 from __future__ import annotations
@@ -60,3 +63,37 @@ async def test_a_claim_killed_before_it_committed_leaves_its_tasks_for_the_next_
             await until(db_url, all_done(4))
     once_each(db_url, 4)
     assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 0
+
+
+async def test_a_claims_runs_are_delivered_even_when_the_lease_after_it_fails(api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    [run] = queue_runs_at_once(db_url, agent, 1)
+    with psycopg.connect(db_url) as conn:
+        # A resume task is ready, and leasing it fails (a planted fault): the claim takes the
+        # run and leaves a slot free, so the lease that follows it goes out, and fails.
+        conn.execute("INSERT INTO queue_tasks (name, kind, execution_id)"
+                     " VALUES ('planted-resume', 'resume', %s)", (run,))
+        conn.execute("ALTER TABLE queue_tasks ADD CONSTRAINT planted_fault"
+                     " CHECK (lease_expires_at IS NULL) NOT VALID")
+    async with running_worker(pool, db_url, concurrency=2):
+        # Its deadline is minutes away: finished now means delivered, not swept.
+        await until(db_url, all_done(1))
+    once_each(db_url, 1)
+
+
+async def test_a_stopping_worker_gives_up_a_claim_stuck_on_a_row_lock_after_its_grace_period(
+        api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    [held] = queue_runs_at_once(db_url, agent, 1)
+    with claim_row_held(db_url, held) as release:
+        # running_worker waits 60 s for the stop: a worker that waited for its claim fails it.
+        async with running_worker(pool, db_url, concurrency=2, shutdown_grace_seconds=1):
+            await until(db_url, f"SELECT count(*) = 1 FROM ({WAITING_CLAIM}) waiting")
+        # Stopped: the claim was cancelled in the server and rolled back, claiming nothing.
+        assert scalar(db_url, f"SELECT count(*) FROM ({WAITING_CLAIM}) waiting") == 0
+        assert scalar(db_url, "SELECT status FROM executions WHERE id = %s", (held,)) == "queued"
+        assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 1
+        release()
+    async with running_worker(pool, db_url, concurrency=2):
+        await until(db_url, all_done(1))
+    once_each(db_url, 1)

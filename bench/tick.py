@@ -263,7 +263,8 @@ async def measure_dataset(url: str, label: str, due_ids: list[UUID], args: argpa
     """Time tick and floor ``repeat`` times per batch size, alternating which goes first so that
     drift on a noisy machine lands on both."""
     timings: Timings = defaultdict(list)
-    pool = await open_pool(url, application_name=APPLICATION_NAME, min_size=1, max_size=max(2, dispatcher.LANES))
+    pool = await open_pool(url, application_name=APPLICATION_NAME, min_size=1,
+                           max_size=max(2, dispatcher.LANES))
     try:
         with psycopg.connect(url, autocommit=True) as admin:
             for rep in range(args.repeat):
@@ -407,7 +408,8 @@ def summarize(label: str, timings: Timings) -> dict[str, float]:
             f"floor median {figures[f'floor_{batch}']} ms (min {figures[f'floor_min_{batch}']}, "
             f"{figures[f'floor_wal_mb_{batch}']} MB WAL), tick/floor {figures[f'ratio_{batch}']}x")
         say(f"{label} batch {batch}: floor in {dispatcher.LANES} lanes median "
-            f"{figures[f'floor_lanes_{batch}']} ms, tick/that floor {figures[f'ratio_lanes_{batch}']}x")
+            f"{figures[f'floor_lanes_{batch}']} ms, "
+            f"tick/that floor {figures[f'ratio_lanes_{batch}']}x")
         say(f"{label} batch {batch}: CPU median, python/backend: tick "
             f"{figures[f'tick_python_cpu_ms_{batch}']}/{figures[f'tick_backend_cpu_ms_{batch}']} ms,"
             f" floor {figures[f'floor_python_cpu_ms_{batch}']}/"
@@ -426,7 +428,8 @@ def final_json(args: argparse.Namespace, small: int, big: dict[str, float],
         "growth_1m_vs_100k": round(big[f"tick_{b}"] / little[f"tick_{b}"], 2),
         "floor_growth_1m_vs_100k": round(big[f"floor_{b}"] / little[f"floor_{b}"], 2),
         # The like-for-like floor: the same claim-and-advance in as many lanes as the tick.
-        "floor_lanes_ms": big[f"floor_lanes_{b}"], "ratio_vs_floor_in_lanes": big[f"ratio_lanes_{b}"],
+        "floor_lanes_ms": big[f"floor_lanes_{b}"],
+        "ratio_vs_floor_in_lanes": big[f"ratio_lanes_{b}"],
         "lanes": dispatcher.LANES,
         "tick_ms_batch5000": big["tick_5000"], "floor_ms_batch5000": big["floor_5000"],
         "ratio_batch5000": big["ratio_5000"],

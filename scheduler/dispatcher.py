@@ -1,8 +1,9 @@
 """The minute tick's dispatch: due schedules become executions and queue tasks, exactly once.
 
-Layers: FOR UPDATE SKIP LOCKED on the due scan (in batches, two in flight), next_run advanced in the same
-transaction that inserts the execution, the queue task named by the execution id in that same
-transaction (so it is visible only once the execution is), and a unique index underneath.
+Layers: FOR UPDATE SKIP LOCKED on the due scan (in batches, two in flight), next_run advanced
+in the same transaction that inserts the execution, the queue task named by the execution id in
+that same transaction (so it is visible only once the execution is), and a unique index
+underneath.
 """
 
 from __future__ import annotations

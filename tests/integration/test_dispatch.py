@@ -59,7 +59,8 @@ async def test_two_lanes_hold_a_batch_each_at_once_and_fire_every_due_schedule_o
     the third ten is left unlocked meanwhile, and in the end every schedule fired once."""
     every_minute_schedules(db_url, 30)
     with psycopg.connect(db_url, autocommit=True) as conn:  # held batches outlast the suite's 2 s
-        conn.execute(f"ALTER DATABASE {conn.info.dbname} SET idle_in_transaction_session_timeout = 0")
+        conn.execute(f"ALTER DATABASE {conn.info.dbname}"
+                     " SET idle_in_transaction_session_timeout = 0")
     pool = await open_pool(db_url, application_name="tickwork-test-lanes", max_size=2)
     failpoints.arm("tick.after_insert_before_commit", "block:batch")
     try:

@@ -1,10 +1,10 @@
 """One tick: dispatch what is due, sweep what is stale, trim what is old.
 
 The tick is never retried: a failure is logged and dropped, and the next tick (a minute later)
-re-evaluates everything. (A tick whose very first statement found its connection already
-closed has done nothing; it is not retried but run, once, on a fresh connection; so is each of
-its batches, each its own transaction: scheduler/dispatcher.py.) The
-in-process APScheduler job, ``tickwork tick`` and ``POST /v1/tick`` all call ``run_tick``.
+re-evaluates everything. (A dispatch batch whose connection was found closed before it sent
+anything has done nothing; it is not retried but run on a fresh connection:
+scheduler/dispatcher.py. The tick's first statement is such a batch's.) The in-process
+APScheduler job, ``tickwork tick`` and ``POST /v1/tick`` all call ``run_tick``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from tickwork.scheduler.metrics import TICK_DURATION, TICK_FAILURES
 from tickwork.scheduler.retention import trim_retention, upkeep_on_database_clock
 from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.scheduler.sweep import SweepResult, sweep_stale
-from tickwork.sql.pool import once_more
 
 log = structlog.get_logger()
 
@@ -55,7 +54,10 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
     outcome = TickOutcome()
     started = time.perf_counter()
 
-    async def tick() -> None:
+    try:
+        # No retry around the whole tick: each dispatch batch runs once more itself when its
+        # connection was found closed before it sent anything (a second layer here would
+        # multiply sql/pool.py's ATTEMPTS).
         outcome.dispatch = await dispatch_due(pool, now=now, batch_size=settings.tick_batch_size,
                                               missed_limit=settings.missed_fire_record_limit)
         # The sweep and retention run even on a tick with nothing due, but not after a failed
@@ -65,11 +67,6 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
             outcome.retention_deleted = await upkeep_on_database_clock(pool, settings)
         else:
             outcome.retention_deleted = await trim_retention(pool, settings, now=now)
-
-    try:
-        # A tick whose first statement found its connection closed (a Postgres restart) has
-        # done nothing: it runs again at once on a fresh connection (sql/pool.py once_more).
-        await once_more(tick, name="tick")
     except Exception as exc:  # never retried: record why and let the next tick run
         outcome.ok = False
         outcome.error = f"{type(exc).__name__}: {exc}"

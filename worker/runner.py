@@ -108,11 +108,11 @@ class Worker:
             if runs:  # run_start is committed: delivered now, and their tails learn it at once
                 self.deps.journal_writer.notifier.runs_changed(run.id for run in runs)
                 self._deliver(run_claimed, runs)
-            # A lease cut short by a stop is not lost: it expires and is delivered again.
-            tasks = [] if len(runs) == free else await lease_tasks_once_more(
-                self.deps.pool, limit=free - len(runs),
-                lease_seconds=self.deps.settings.lease_seconds)
-            self._deliver(handle_task, tasks)
+            if len(runs) < free:  # a lease cut short by a stop expires and is delivered again
+                tasks = await lease_tasks_once_more(
+                    self.deps.pool, limit=free - len(runs),
+                    lease_seconds=self.deps.settings.lease_seconds)
+                self._deliver(handle_task, tasks)
         except psycopg.Error as exc:  # Postgres restarting: the next poll tries again
             log.warning("lease_failed", error=type(exc).__name__)
             self._queue_has_more = False

@@ -46,14 +46,16 @@ from scratch import (busy_pct, describe_server, machine_cpu, process_cpu_s, say,
                      scratch_database)
 from tickwork.scheduler.retention import trim_retention
 from tickwork.scheduler.settings import SchedulerSettings
+from tickwork.scheduler.tick import RETENTION_ENDS_BY_SECONDS
 from tickwork.sql.db import open_pool
 from tickwork.sql.ids import new_id
 from tickwork.sql.migrate import migrate
 
-# The worker's best sustained one-turn rate measured by bench/runs.py on this machine class:
-# 634 runs/s (issue 9's table; bench/README.md records no runs.py figure; a 3,000-run
-# bench/runs.py on 2026-12-01 at load 6 gave 556/s). --rate 1000 asks for headroom above it.
-DEFAULT_RATE = 634.0
+# The worker's best sustained one-turn rate, measured by bench/runs.py on this machine class:
+# 6,035 runs/s at --concurrency 64 (3,487-3,664 at its default 16), 2026-12-02 on a 2-core
+# machine with the server on 127.0.0.1. (Until then this was 634/s, issue 9's first figure: the
+# worker grew ten times faster and retention's budget had to follow it.)
+DEFAULT_RATE = 6035.0
 # What a one-turn run journals today (bench/runs.py counts 5 events per run).
 EVENTS = ("run_start", "step_start", "content_delta", "model_usage", "run_complete")
 APPLICATION = "bench-retention"  # the application_name of retention's pool
@@ -287,7 +289,8 @@ def parse_args() -> argparse.Namespace:
                         help="a database older than a month (its month partition made ahead), "
                              "younger (as its partition upkeep leaves it), or upgraded from "
                              "before 0055 (the backlog in the default partition, adopted first)")
-    parser.add_argument("--budget", type=float, default=10.0,
+    parser.add_argument("--budget", type=float,
+                        default=SchedulerSettings.model_fields["retention_budget_seconds"].default,
                         help="TICKWORK_RETENTION_BUDGET_SECONDS for the ticks")
     return parser.parse_args()
 
@@ -312,11 +315,12 @@ def main() -> None:
     deleted_per_s = result["deleted"] / result["elapsed_s"]
     created_per_s = result["created_during"] / result["elapsed_s"]
     # deleted_per_s is how fast a tick drains a backlog. A tick comes once a minute and deletes
-    # for at most its budget, so what retention can delete per second over the long run is
-    # that rate times budget / 60 s; the ratio is taken on this sustained figure, against the
+    # for at most its budget (and no later than 45 s into the tick), so what retention can
+    # delete per second over the long run is that rate times that share of the minute; the ratio is taken on this sustained figure, against the
     # rate asked for or the rate reached if the creator ran ahead (never flattered by a
     # creator the machine slowed down).
-    sustained_per_s = deleted_per_s * min(args.budget, TICK_INTERVAL_S) / TICK_INTERVAL_S
+    share_of_minute = min(args.budget, RETENTION_ENDS_BY_SECONDS) / TICK_INTERVAL_S
+    sustained_per_s = deleted_per_s * share_of_minute
     create_per_s = max(created_per_s, args.rate)
     ratio = sustained_per_s / create_per_s
     drain_ratio = deleted_per_s / create_per_s
@@ -324,8 +328,8 @@ def main() -> None:
     cpu_ms_per_1000 = round(1e6 * cpu_s / result["deleted"], 1) if cpu_s and result["deleted"] else None
     # The ratio retention's backend would reach with one core to itself (and commits that cost
     # no CPU): its CPU per run, not the machine's load, sets it. A ceiling, not a measurement.
-    one_core_ratio = (round(1e6 / cpu_ms_per_1000 * min(args.budget, TICK_INTERVAL_S)
-                            / TICK_INTERVAL_S / create_per_s, 2) if cpu_ms_per_1000 else None)
+    one_core_ratio = (round(1e6 / cpu_ms_per_1000 * share_of_minute / create_per_s, 2)
+                      if cpu_ms_per_1000 else None)
     for tick in result["ticks"]:
         say(f"tick: deleted {tick['deleted']} in {tick['s']} s")
     say(f"retention deleted {result['deleted']} runs in {result['elapsed_s']:.1f} s "

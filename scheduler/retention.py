@@ -3,7 +3,10 @@
 One batch (retention_batch_size runs, found oldest first by executions_finished_idx) is one
 short transaction, so a backlog never holds locks for long; the tick keeps taking batches while
 they come back full and its budget (retention_budget_seconds) lasts, and always takes at least
-one. A batch commits without waiting for the disk: one lost to a crash only brings back rows
+one. The budget is a share of the minute (half by default: a worker runs thousands of runs a
+second, and retention must delete ten times that), but never past ``ends_by``: the tick ends
+before the next minute's starts, or that minute's dispatch would be skipped. The HTTP tick's
+retention, inside a request, stops after HTTP_TICK_BUDGET_SECONDS at most. A batch commits without waiting for the disk: one lost to a crash only brings back rows
 past the horizon (migration 0042). A run's journal is dropped with its month, not deleted row
 by row, in a young database too: the partition upkeep gives the current month its partition,
 and adopts a default partition that holds a month's journal (an install made before 0055) as
@@ -27,20 +30,24 @@ from tickwork.sql import QUERIES
 
 log = structlog.get_logger()
 JOURNAL_MONTHS_AHEAD = 2
+# POST /v1/tick does its retention inside the request: kept as short as it always was, whatever
+# the budget of the ticks the scheduler runs itself.
+HTTP_TICK_BUDGET_SECONDS = 10.0
 
 
 async def trim_retention(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
-                         now: Any | None, clock: Callable[[], float] = time.monotonic) -> int:
+                         now: Any | None, clock: Callable[[], float] = time.monotonic,
+                         ends_by: float | None = None) -> int:
     """Delete finished runs (with what hangs off them) and skipped-fire records past the
     horizon in batches within the budget, drop whole journal months past it, make the next
     months' partitions ready, and forget stream tickets that expired over an hour ago.
     Returns the number of runs deleted. ``now`` moves the horizon (tests); None is the
-    database's clock."""
+    database's clock. ``ends_by`` (on ``clock``): no batch starts after it, budget or not."""
     keep_days = max(settings.retention_days, 0)  # 0 keeps everything
     params = {"now": now, "days": keep_days, "limit": settings.retention_batch_size,
               "months_ahead": JOURNAL_MONTHS_AHEAD,
               "lock_timeout": f"{settings.retention_lock_timeout_ms}ms"}
-    deadline = clock() + settings.retention_budget_seconds
+    deadline = _deadline(clock, settings.retention_budget_seconds, ends_by)
     deleted = 0
     async with pool.connection() as conn:
         if keep_days:
@@ -64,14 +71,19 @@ async def upkeep_on_database_clock(pool: AsyncConnectionPool, settings: Schedule
     """Retention as trim_retention does it, through the one narrow function the API's role may
     call (retention_upkeep, migrations 0029 and 0037): no caller-chosen date, at least 7 days
     kept. Each call is one batch (and the partitions); it is called again while the batch came
-    back full and the budget lasts."""
+    back full and the budget lasts (HTTP_TICK_BUDGET_SECONDS at most: it is inside a request)."""
     params = {"days": max(settings.retention_days, 0), "limit": settings.retention_batch_size}
-    deadline = clock() + settings.retention_budget_seconds
+    deadline = _deadline(clock, min(settings.retention_budget_seconds, HTTP_TICK_BUDGET_SECONDS))
     async with pool.connection() as conn:
         deleted, batches, full = await _in_batches(conn, "delete_expired_history", params, deadline,
                                                    clock, lambda cursor: cursor.fetchone())
     _log_backlog(deleted, batches, full)
     return deleted
+
+
+def _deadline(clock: Callable[[], float], budget: float, ends_by: float | None = None) -> float:
+    deadline = clock() + budget
+    return deadline if ends_by is None else min(deadline, ends_by)
 
 
 async def _in_batches(conn, query: str, params: dict, deadline: float,

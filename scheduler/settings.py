@@ -31,8 +31,11 @@ class SchedulerSettings(BaseSettings):
     missed_fire_record_limit: int = 1440
     retention_days: int = 30
     retention_batch_size: int = 1000  # runs per batch (one short transaction), 1..10,000
-    # Each tick deletes batch after batch while they come back full, for at most this long.
-    retention_budget_seconds: float = 10.0
+    # Each tick deletes batch after batch while they come back full, for at most this long
+    # (and never past RETENTION_ENDS_BY_SECONDS into the tick: scheduler/tick.py). Half the
+    # minute: one backend deletes ~200,000 runs/s, and retention must keep up with ten times
+    # the fastest worker (~6,000 runs/s at --concurrency 64; bench/retention.py).
+    retention_budget_seconds: float = 30.0
     # How long creating or dropping a journal partition may wait for its lock (every journal
     # append queues behind a waiting DDL); one that cannot get it is tried at the next tick.
     retention_lock_timeout_ms: int = 100

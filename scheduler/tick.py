@@ -24,6 +24,10 @@ from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.scheduler.sweep import SweepResult, sweep_stale
 
 log = structlog.get_logger()
+# Retention starts no batch later than this into the tick, whatever its budget: the tick must
+# end before the next minute's (the in-process job runs one tick at a time and skips a minute
+# whose tick finds the last one still running: tickwork/processes.py).
+RETENTION_ENDS_BY_SECONDS = 45.0
 
 
 @dataclass
@@ -53,6 +57,7 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
     the sweep)."""
     outcome = TickOutcome()
     started = time.perf_counter()
+    retention_ends_by = time.monotonic() + RETENTION_ENDS_BY_SECONDS
 
     try:
         # No retry around the whole tick: each dispatch batch runs once more itself when its
@@ -66,7 +71,8 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
         if database_clock_retention:
             outcome.retention_deleted = await upkeep_on_database_clock(pool, settings)
         else:
-            outcome.retention_deleted = await trim_retention(pool, settings, now=now)
+            outcome.retention_deleted = await trim_retention(pool, settings, now=now,
+                                                             ends_by=retention_ends_by)
     except Exception as exc:  # never retried: record why and let the next tick run
         outcome.ok = False
         outcome.error = f"{type(exc).__name__}: {exc}"

@@ -1,5 +1,6 @@
 """Retention: finished history older than the horizon goes; anything unfinished stays."""
 
+import itertools
 from datetime import datetime, timedelta, timezone
 
 import psycopg
@@ -230,6 +231,55 @@ async def test_a_spent_budget_stops_after_one_batch_and_the_next_tick_carries_on
         for _ in range(25):
             execution(conn, tenant, agent, status="completed", finished_days_ago=40)
     assert [await trim_retention(pool, settings, now=NOW) for _ in range(4)] == [10, 10, 5, 0]
+
+
+def stepping_clock():
+    """A clock that reads 0, 1, 2 ... one step per reading: each batch ends one second on."""
+    return itertools.count().__next__
+
+
+def finished_runs(db_url, how_many, days_ago=40):
+    with psycopg.connect(db_url) as conn:
+        tenant = make_tenant(conn)
+        agent = make_agent(conn, tenant)
+        for _ in range(how_many):
+            execution(conn, tenant, agent, status="completed", finished_days_ago=days_ago)
+
+
+async def test_retention_starts_no_batch_after_the_end_the_tick_gives_it_whatever_its_budget(
+        db_url, pool, settings):
+    settings.retention_batch_size = 10
+    settings.retention_budget_seconds = 1000
+    finished_runs(db_url, 45)
+    # Read at 0 for the deadline, then 1 and 2 after the first two batches: at 2 it must stop.
+    assert await trim_retention(pool, settings, now=NOW, clock=stepping_clock(), ends_by=2) == 20
+    # The budget alone (no end given) takes every full batch, and the rest.
+    assert await trim_retention(pool, settings, now=NOW, clock=stepping_clock()) == 25
+
+
+async def test_a_tick_ends_its_retention_by_its_own_end_however_large_the_budget(
+        db_url, pool, settings, monkeypatch):
+    from tickwork.scheduler import tick
+
+    settings.retention_batch_size = 10
+    settings.retention_budget_seconds = 3600
+    finished_runs(db_url, 25)
+    monkeypatch.setattr(tick, "RETENTION_ENDS_BY_SECONDS", 0.0)  # the end is already here
+    assert (await tick.run_tick(pool, settings, now=NOW)).retention_deleted == 10
+    monkeypatch.setattr(tick, "RETENTION_ENDS_BY_SECONDS", 45.0)
+    assert (await tick.run_tick(pool, settings, now=NOW)).retention_deleted == 15
+
+
+async def test_the_http_ticks_retention_stops_after_its_own_short_budget(db_url, pool, settings):
+    from tickwork.scheduler.retention import HTTP_TICK_BUDGET_SECONDS, upkeep_on_database_clock
+
+    settings.retention_batch_size = 10
+    settings.retention_days = 7
+    settings.retention_budget_seconds = 30
+    finished_runs(db_url, 25, days_ago=8)
+    readings = iter([0.0, HTTP_TICK_BUDGET_SECONDS - 1, HTTP_TICK_BUDGET_SECONDS + 1, 100.0])
+    # Past the HTTP tick's own budget after the second batch, well inside the settings' 30 s.
+    assert await upkeep_on_database_clock(pool, settings, clock=lambda: next(readings)) == 20
 
 
 async def test_the_http_ticks_retention_door_also_takes_batch_after_batch(db_url, pool, settings):

@@ -6,8 +6,9 @@ they come back full and its budget (retention_budget_seconds) lasts, and always 
 one. The budget is a share of the minute (half by default: a worker runs thousands of runs a
 second, and retention must delete ten times that), but never past ``ends_by``: the tick ends
 before the next minute's starts, or that minute's dispatch would be skipped. The HTTP tick's
-retention, inside a request, stops after HTTP_TICK_BUDGET_SECONDS at most. A batch commits without waiting for the disk: one lost to a crash only brings back rows
-past the horizon (migration 0042). A run's journal is dropped with its month, not deleted row
+retention, inside a request, stops after HTTP_TICK_BUDGET_SECONDS at most. A batch commits
+without waiting for the disk: one lost to a crash only brings back rows past the horizon
+(migration 0042). A run's journal is dropped with its month, not deleted row
 by row, in a young database too: the partition upkeep gives the current month its partition,
 and adopts a default partition that holds a month's journal (an install made before 0055) as
 that month's partition in two upkeeps, moving no row (migration 0055). The journal's

@@ -19,6 +19,7 @@ VERBS = {
     "count": "read aggregates",
     "lock": "read rows FOR UPDATE or FOR SHARE, held until commit",
     "claim": "take work others skip (SKIP LOCKED) and mark it taken, in one statement",
+    "end": "end a server process of one's own (pg_terminate_backend) and wait for it",
     "insert": "add rows",
     "upsert": "add rows or replace the ones with the same key",
     "update": "change rows (the noun says to what: update_execution_cancelled)",

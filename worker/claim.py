@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES, failpoints
@@ -23,7 +24,13 @@ from tickwork.sql.db import HOT_PATH, reconnecting
 from tickwork.sql.ids import new_id
 from tickwork.sql.vocabulary import ApprovalStatus
 
+log = structlog.get_logger()
 RUN_START_SEQ = 1  # claim_queued_runs journals run_start as the run's event 1
+# How long a lost claim's question waits for the backend that ran the claim to end.
+END_LOST_CLAIM_MS = 5000
+# How a claim's text begins as the server shows it (pg_stat_activity.query): up to its first
+# parameter, which the driver sends as $1.
+CLAIM_PREFIX = QUERIES["claim_queued_executions"].split("%(")[0]
 
 
 @dataclass(frozen=True)
@@ -114,12 +121,16 @@ async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID,
 
 
 async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int, worker_id: str,
-                            claim_id: UUID | None = None) -> list[ClaimedRun]:
+                            claim_id: UUID | None = None,
+                            sent_to: list[int] | None = None) -> list[ClaimedRun]:
     """Claim and start up to ``limit`` fresh runs in one statement (the hot path); each row is
     a started execution with its agent's definition (agent_found is NULL if it is gone).
     ``claim_id`` (fresh when not given) names the claim in its claim rows, so that its runs
-    can be found if its answer is lost (runs_of_lost_claim)."""
+    can be found if its answer is lost (runs_of_lost_claim); ``sent_to`` gets the pid of the
+    backend the claim was sent to, which such a question ends first."""
     async with pool.connection() as conn:
+        if sent_to is not None:
+            sent_to.append(conn.info.backend_pid)
         cursor = await conn.execute(QUERIES["claim_queued_executions"], {
             "limit": limit, "worker_id": worker_id, "claim_id": claim_id or new_id()},
             **HOT_PATH)
@@ -128,12 +139,20 @@ async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int, worker_id:
     return _fresh_runs(rows)
 
 
-@reconnecting  # a read: asked again while Postgres restarts (the usual reason it is asked)
-async def runs_of_lost_claim(pool: AsyncConnectionPool, *, claim_id: UUID,
-                             worker_id: str) -> list[ClaimedRun]:
+@reconnecting  # asked again while Postgres restarts (the usual reason it is asked)
+async def runs_of_lost_claim(pool: AsyncConnectionPool, *, claim_id: UUID, worker_id: str,
+                             sent_to: int | None = None) -> list[ClaimedRun]:
     """The runs a claim of this worker started whose answer never came back, still running:
-    the claim's own answer, asked again (none: it did not commit)."""
+    the claim's own answer, asked again (none: it did not commit). The backend the claim was
+    sent to is ended first, if it is still there (a network cut, a server that stayed up):
+    otherwise the claim could commit after the question and its runs wait for the sweep."""
     async with pool.connection() as conn:
+        if sent_to is not None:
+            cursor = await conn.execute(QUERIES["end_backend_of_lost_claim"], {
+                "pid": sent_to, "claim_prefix": CLAIM_PREFIX, "wait_ms": END_LOST_CLAIM_MS})
+            ended = await cursor.fetchone()
+            if ended is not None:  # still there: it had not answered, or answered into the cut
+                log.warning("lost_claim_backend_ended", pid=sent_to, ended=ended["ended"])
         cursor = await conn.execute(QUERIES["get_runs_of_lost_claim"],
                                     {"claim_id": claim_id, "worker_id": worker_id})
         return _fresh_runs(await cursor.fetchall())

@@ -4,8 +4,9 @@ nothing was claimed, and the claim happens now instead of at the next poll
 (tickwork.sql.pool.once_more). A claim lost after it was sent may have committed, and is never
 sent again: its runs are asked for by the claim's own id (claim.runs_of_lost_claim) and taken
 over, so a claim that committed just before a restart does not leave its runs running with
-nobody at work on them until their deadline. One case is left to the sweep: a connection cut
-while its claim still runs on a server that stays up (it may commit after the question)."""
+nobody at work on them until their deadline. A connection cut while its claim still runs on a
+server that stays up (a network cut) would let the claim commit after the question: the
+backend it was sent to is ended first, so the answer to the question is the claim's last word."""
 
 from __future__ import annotations
 
@@ -24,14 +25,16 @@ log = structlog.get_logger()
 async def claim_queued_runs_once_more(pool: AsyncConnectionPool, *, limit: int,
                                       worker_id: str) -> list[ClaimedRun]:
     claim_id = new_id()
+    sent_to: list[int] = []  # each attempt's backend pid; the last one is the claim's
     try:
         return await once_more(lambda: claim_queued_runs(pool, limit=limit, worker_id=worker_id,
-                                                         claim_id=claim_id),
+                                                         claim_id=claim_id, sent_to=sent_to),
                                name="claim_queued_runs")
     except psycopg.OperationalError as exc:
         if not connection_lost(exc):
             raise
-        runs = await runs_of_lost_claim(pool, claim_id=claim_id, worker_id=worker_id)
+        runs = await runs_of_lost_claim(pool, claim_id=claim_id, worker_id=worker_id,
+                                        sent_to=sent_to[-1] if sent_to else None)
         log.warning("claim_answer_lost", error=type(exc).__name__, runs_taken_over=len(runs))
         return runs
 

@@ -130,6 +130,19 @@ SELECT s.id, s.tenant_id, s.agent_id, s.schedule_id, s.attempt, s.timeout_minute
                       WHERE id = s.agent_id
                       LIMIT 1) a ON true;  -- LIMIT: looked up by id, never hashed from a scan
 
+-- name: end_backend_of_lost_claim
+-- Before a lost claim is asked about (worker/claim.py runs_of_lost_claim): end the backend it
+-- was sent to if it is still there (a network cut; after a restart it is gone) and wait up to
+-- %(wait_ms)s ms for it to end, so the claim has committed or rolled back before the question.
+-- A pid may be given again after a restart, so the backend must also be one of this role whose
+-- last statement is a claim (its text begins with %(claim_prefix)s): ending another worker's
+-- claim by mistake costs that worker one claim, never a run. Ending a backend of one's own
+-- role needs no privilege. No row: it had already ended.
+SELECT pg_terminate_backend(pid, %(wait_ms)s) AS ended
+  FROM pg_stat_activity
+ WHERE pid = %(pid)s AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+   AND usename = current_user AND starts_with(query, %(claim_prefix)s);
+
 -- name: get_runs_of_lost_claim
 -- The runs a claim started whose answer never reached its worker (worker/claim_once_more.py):
 -- still running (the sweep has not judged them), with what claim_queued_executions returns for

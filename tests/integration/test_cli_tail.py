@@ -19,7 +19,7 @@ from tickwork.scheduler.api.app import create_app, stop_hub
 from tests.factories import queue_run, scripted_agent
 from tests.integration.drivers import ROOT
 from tests.integration.test_worker_runs import events
-from tests.integration.workers import running_worker
+from tests.integration.workers import running_worker, until
 from tickwork.run_tree import build_view, render, view_lines
 from tickwork.sse_follow import Follower, SseEvent, SseParser, TailError, parse_sse
 
@@ -347,7 +347,9 @@ async def test_a_server_restart_mid_run_loses_and_repeats_nothing(api, pool, db_
             assert line, (await process.stderr.read()).decode()
             before.append(json.loads(line))
         await live.stop()  # the API goes away with the stream open ...
-        await asyncio.sleep(1.5)  # ... stays away while the run goes on ...
+        # ... stays away while the run goes on (journals what the tail has not seen) ...
+        await until(db_url, "SELECT max(seq) > %s FROM run_events WHERE execution_id = %s",
+                    (before[-1]["seq"], run_id))
         await live.start()  # ... and comes back on the same port
         code, out, err = await finish(process)
     after = [json.loads(line) for line in out.splitlines()]

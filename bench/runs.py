@@ -581,6 +581,8 @@ class StatementCounter:
         self.names = {" ".join(text.split()): name for name, text in QUERIES.items()}
         self.count: collections.Counter[str] = collections.Counter()
         self.seconds: collections.Counter[str] = collections.Counter()
+        # (name, sent, answered, this process's CPU at sending, at the answer) of each
+        self.spans: list[tuple[str, float, float, float, float]] = []
         self._saved: list[tuple[Any, str, Any]] = []
 
     def name(self, query: Any) -> str:
@@ -594,13 +596,14 @@ class StatementCounter:
         counter = self
 
         async def wrapped(self_, *a, **kw):
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.process_time()
             try:
                 return await original(self_, *a, **kw)
             finally:
-                key = label(a)
+                key, ended = label(a), time.perf_counter()
                 counter.count[key] += 1
-                counter.seconds[key] += time.perf_counter() - started
+                counter.seconds[key] += ended - started
+                counter.spans.append((key, started, ended, cpu_started, time.process_time()))
 
         self._saved.append((owner, attr, original))
         setattr(owner, attr, wrapped)
@@ -615,6 +618,34 @@ class StatementCounter:
         for owner, attr, original in reversed(self._saved):
             setattr(owner, attr, original)
         self._saved.clear()
+
+
+def in_flight_share(spans: list[tuple], start: float, end: float) -> float:
+    """The share of [start, end] during which at least one of these statements was out."""
+    busy, reach = 0.0, start
+    for _, sent, answered, *_cpu in sorted(spans, key=lambda span: span[1]):
+        sent, answered = max(sent, reach), min(answered, end)
+        if answered > sent:
+            busy += answered - sent
+            reach = answered
+    return busy / (end - start) if end > start else 0.0
+
+
+def chain_shares(counter: StatementCounter) -> dict[str, float]:
+    """Where the drain's time went, from the first claim to the last journal write: a claim out,
+    a journal write out, either, and this process's CPU (the worker's Python) as shares of it.
+    With one side busy while the other waits, they add up to about one: a chain, not a pipe."""
+    claims = [span for span in counter.spans if span[0] == "claim_queued_executions"]
+    writes = [span for span in counter.spans if span[0] == "insert_journal_batch"]
+    if not claims or not writes:
+        return {}
+    start, cpu_start = claims[0][1], claims[0][3]
+    _, _, end, _, cpu_end = max(writes, key=lambda span: span[2])
+    return {"claim_in_flight_share": round(in_flight_share(claims, start, end), 3),
+            "journal_in_flight_share": round(in_flight_share(writes, start, end), 3),
+            "claim_or_journal_in_flight_share": round(in_flight_share(claims + writes, start,
+                                                                      end), 3),
+            "worker_cpu_share": round((cpu_end - cpu_start) / (end - start), 3)}
 
 
 class StepTimer:
@@ -717,6 +748,7 @@ def profile_worker(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Nam
             asyncio.run(_run_in_process_worker(url, args.concurrency, already + runs))
         finally:
             counter.remove()
+        shares = chain_shares(counter)
         per_run = {name: n / runs for name, n in counter.count.items()
                    if name != "listen_for_tasks" and not name.startswith(PROBE[:30])}
         round_trips = sum(per_run.values())
@@ -732,6 +764,13 @@ def profile_worker(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Nam
         figures["claim_batch_mean"] = round(
             runs / max(counter.count.get("claim_queued_executions", 1), 1), 2)
         say(f"    a claim statement started {figures['claim_batch_mean']:.2f} runs on average")
+        if shares:
+            figures.update(shares)
+            say(f"    of the drain (first claim .. last journal write): a claim out "
+                f"{shares['claim_in_flight_share']:.0%}, a journal write out "
+                f"{shares['journal_in_flight_share']:.0%}, either "
+                f"{shares['claim_or_journal_in_flight_share']:.0%}; the worker's Python on a "
+                f"core {shares['worker_cpu_share']:.0%} of it")
 
         # 2. time per step of one run, at concurrency 1
         serial = max(runs // 4, 50)
@@ -882,6 +921,9 @@ def main() -> None:
         "machine_busy_pct": figures.get("machine_busy_pct"),
         "round_trips_per_run": figures.get("round_trips_per_run"),
         "claim_batch_mean": figures.get("claim_batch_mean"),
+        **{key: figures.get(key) for key in ("claim_in_flight_share", "journal_in_flight_share",
+                                             "claim_or_journal_in_flight_share",
+                                             "worker_cpu_share")},
         "serial_runs_per_s": figures.get("serial_runs_per_s"),
         "serial_worker_cpu_ms_per_run": figures.get("serial_worker_cpu_ms_per_run"),
         "runs": args.runs,

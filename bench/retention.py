@@ -281,7 +281,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=DEFAULT_RATE,
                         help="finished runs created per second while retention runs")
-    parser.add_argument("--backlog", type=int, default=60_000,
+    parser.add_argument("--backlog", type=int, default=600_000,
                         help="runs past the horizon for retention to delete")
     parser.add_argument("--batch-size", type=int, default=1000,
                         help="TICKWORK_RETENTION_BATCH_SIZE for the ticks")

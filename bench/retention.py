@@ -316,9 +316,9 @@ def main() -> None:
     created_per_s = result["created_during"] / result["elapsed_s"]
     # deleted_per_s is how fast a tick drains a backlog. A tick comes once a minute and deletes
     # for at most its budget (and no later than 45 s into the tick), so what retention can
-    # delete per second over the long run is that rate times that share of the minute; the ratio is taken on this sustained figure, against the
-    # rate asked for or the rate reached if the creator ran ahead (never flattered by a
-    # creator the machine slowed down).
+    # delete per second over the long run is that rate times that share of the minute; the
+    # ratio is taken on this sustained figure, against the rate asked for or the rate reached
+    # if the creator ran ahead (never flattered by a creator the machine slowed down).
     share_of_minute = min(args.budget, RETENTION_ENDS_BY_SECONDS) / TICK_INTERVAL_S
     sustained_per_s = deleted_per_s * share_of_minute
     create_per_s = max(created_per_s, args.rate)

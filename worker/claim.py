@@ -78,6 +78,9 @@ class ClaimedRun:
     cancel_requested: bool
     agent: AgentDefinition | None  # None: the agent no longer exists
     resume: Decision | None = None  # None: a fresh run
+    # How long it waited in the worker for a slot after its claim started it (claimed ahead):
+    # its deadline runs from the claim.
+    waited_seconds: float = 0.0
 
     @classmethod
     def from_row(cls, row: dict[str, Any], *, agent: AgentDefinition | None,

@@ -83,7 +83,7 @@ async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) ->
 
 async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
                    free_slot: Callable[[], None]) -> dict[str, Any]:
-    seconds = run.timeout_minutes * 60 + DEADLINE_MARGIN_SECONDS
+    seconds = run.timeout_minutes * 60 + DEADLINE_MARGIN_SECONDS - run.waited_seconds
     held: dict[str, RunState] = {}  # the run's state once built, for its usage at the end
     try:
         async with asyncio.timeout(seconds):  # in this task: no task of its own per run
@@ -141,6 +141,17 @@ async def _finish(journal: RunJournal, outcome: RunOutcome, run_log,
     tracing.note_run(**{f"usage.{k}": v for k, v in (usage or {}).items()})
     run_log.info("run_finished", status=outcome.status, outcome=outcome.outcome)
     return {"status": outcome.status, "outcome": outcome.outcome}
+
+
+async def release_unstarted(run: ClaimedRun, deps: RunDeps) -> None:
+    """A run claimed ahead that never got a slot before the worker's grace period ended: it
+    did no work, and is handed on like one interrupted (a new attempt any worker can take)."""
+    journal = RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
+                         payload_json=journal_json, writer=deps.journal_writer)
+    try:
+        await _release(run, journal, deps, RunLog(run))
+    except RunFenced:
+        RunLog(run).warning("run_fenced")  # the sweep judged it first; its verdict stands
 
 
 async def _release(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log) -> None:

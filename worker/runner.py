@@ -4,9 +4,14 @@ LISTEN runs on its own direct connection and is re-established after any error; 
 shortens the wait. Every poll interval the worker looks for tasks anyway, so a lost listener
 (or a missed notification) delays work by at most one interval and never loses it.
 
+While its slots free quickly, the worker claims a few runs ahead of them (worker/claim_ahead.py):
+they wait in the worker, started, and each takes a slot the moment one frees, so no slot waits
+for a claim's round trip. They count as runs in hand.
+
 A stop (SIGTERM) ends claiming at once; claims still out and runs in hand share the grace
 period: a claim not answered by its end is cancelled in the server (Postgres away, a row lock
-held), and the runs a claim delivered get what is left of it to finish. A run
+held), and the runs a claim delivered get what is left of it to finish (runs claimed ahead
+start as slots free; any still waiting at its end are released without having begun). A run
 still going after it is released, never cancelled (only a person cancels): it is interrupted
 where it stands (model call or tool), journaled, and handed on at once, as a new attempt any
 worker can take, or, if it was resumed after an approval, back to its pause with the decision
@@ -18,14 +23,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections import deque
+from dataclasses import replace
 
 import psycopg
 import structlog
 
 from tickwork.sql import QUERIES
 from tickwork.sql.db import listen_forever
+from tickwork.worker.claim import ClaimedRun
+from tickwork.worker.claim_ahead import AheadSizer
 from tickwork.worker.claim_once_more import claim_queued_runs_once_more, lease_tasks_once_more
-from tickwork.worker.run_delivery import handle_task, run_claimed
+from tickwork.worker.run_delivery import handle_task, release_unstarted, run_claimed
 from tickwork.worker.run_wiring import RunDeps
 
 log = structlog.get_logger()
@@ -42,6 +52,10 @@ CLAIM_BATCH = 256
 # up would wait for it and then for a claim of their own: a second claim takes them meanwhile.
 # Only while the queue has work (the last claim came back full); an empty queue gets one.
 CLAIMS_IN_FLIGHT = 2
+# Runs that may give their slots back while their verdicts are written: as many as there are
+# slots, and never fewer than this, so that a small worker's next runs do not hold their slots
+# waiting for one journal batch (the memory this keeps is a few dozen finished runs).
+WRITING_FLOOR = 64
 
 
 class Worker:
@@ -55,8 +69,13 @@ class Worker:
         self._holding = 0  # deliveries holding a slot: their agent is still at work
         self._writing = 0  # deliveries that gave their slot back and write their verdict
         self._claims: set[asyncio.Task] = set()  # claims in flight
-        self._asked = 0  # slots the claims in flight asked for
+        self._asked = 0  # runs the claims in flight asked for (free slots and ahead)
         self._queue_has_more = True  # the last claim came back full
+        # Deliveries claimed ahead, each waiting for a slot: (deliver, work, claimed at).
+        self._waiting: deque[tuple] = deque()
+        self._waiting_closed = False  # the grace period is over: nothing more starts
+        self._ahead = AheadSizer(time.monotonic)
+        self.claimed_ahead = 0  # deliveries that waited for a slot, since the worker started
 
     async def run(self, stop: asyncio.Event) -> None:
         listener = asyncio.create_task(listen_forever(
@@ -80,37 +99,43 @@ class Worker:
             deadline = asyncio.get_running_loop().time() + grace
             await self._claims_answered(deadline)
             await self._drain(deadline)
-            log.info("worker_stopped", worker_id=self.deps.worker_id)
+            log.info("worker_stopped", worker_id=self.deps.worker_id,
+                     claimed_ahead=self.claimed_ahead)
 
     def _claim_for_free_slots(self) -> bool:
-        """Send a claim for the slots no run holds and no claim in flight has asked for
-        (CLAIM_BATCH at most), when one may go now. True when one was sent."""
-        free = min(self.deps.settings.concurrency - self._holding - self._asked, CLAIM_BATCH)
+        """Send a claim for the slots no run holds or waits for and no claim in flight has
+        asked for, and for the runs to claim ahead (CLAIM_BATCH at most), when one may go now.
+        True when one was sent."""
+        concurrency = self.deps.settings.concurrency
+        open_slots = concurrency - self._holding - len(self._waiting) - self._asked
+        ahead = self._ahead.ahead(min(concurrency, CLAIM_BATCH))
+        wanted = min(open_slots + ahead, CLAIM_BATCH)
         in_flight_limit = CLAIMS_IN_FLIGHT if self._queue_has_more else 1
-        if free <= 0 or len(self._claims) >= in_flight_limit:
+        if wanted <= 0 or len(self._claims) >= in_flight_limit:
             return False
-        self._asked += free
-        claim = asyncio.create_task(self._claim(free))
+        self._asked += wanted
+        claim = asyncio.create_task(self._claim(wanted, leases=max(0, open_slots)))
         self._claims.add(claim)
         claim.add_done_callback(self._claims.discard)
         return True
 
-    async def _claim(self, free: int) -> None:
-        """Take work for ``free`` slots: fresh runs claimed in one statement first, then leased
-        resume tasks, and start delivering each. A claim that comes back full wakes the loop
-        for the next; one that does not leaves it waiting for a slot, a task or a poll."""
+    async def _claim(self, wanted: int, *, leases: int) -> None:
+        """Take up to ``wanted`` deliveries: fresh runs claimed in one statement first, then
+        leased resume tasks for the free slots only (``leases``: a lease is never taken ahead),
+        and start delivering each. A claim that comes back full wakes the loop for the next;
+        one that does not leaves it waiting for a slot, a task or a poll."""
         runs: list = []
         tasks: list = []
         try:
             # A claim whose connection a restart closed before it was sent runs once more.
-            runs = await claim_queued_runs_once_more(self.deps.pool, limit=free,
+            runs = await claim_queued_runs_once_more(self.deps.pool, limit=wanted,
                                                      worker_id=self.deps.worker_id)
             if runs:  # run_start is committed: delivered now, and their tails learn it at once
                 self.deps.journal_writer.notifier.runs_changed(run.id for run in runs)
                 self._deliver(run_claimed, runs)
-            if len(runs) < free:  # a lease cut short by a stop expires and is delivered again
+            if len(runs) < leases:  # a lease cut short by a stop expires and is delivered again
                 tasks = await lease_tasks_once_more(
-                    self.deps.pool, limit=free - len(runs),
+                    self.deps.pool, limit=leases - len(runs),
                     lease_seconds=self.deps.settings.lease_seconds)
                 self._deliver(handle_task, tasks)
         except psycopg.Error as exc:  # Postgres restarting: the next poll tries again
@@ -122,18 +147,38 @@ class Worker:
             self._queue_has_more = False
             return
         finally:
-            self._asked -= free - len(runs) - len(tasks)  # what was delivered, _deliver took
-        self._queue_has_more = len(runs) + len(tasks) == free
+            self._asked -= wanted - len(runs) - len(tasks)  # what was delivered, _deliver took
+        leases_full = len(runs) < leases and len(runs) + len(tasks) == leases
+        self._queue_has_more = len(runs) == wanted or leases_full
         if self._queue_has_more:
             self._wake.set()
 
     def _deliver(self, deliver, items: list) -> None:
-        """Start delivering each item: the slots its claim asked for are now held by them."""
+        """Start delivering each item while a slot is free; the rest (claimed ahead) wait for
+        one, in the order they were claimed."""
         self._asked -= len(items)
+        claimed_at = time.monotonic()
         for work in items:
-            slot = _Slot(self)
-            self._active.add(asyncio.create_task(self._handle(deliver(work, self.deps,
-                                                                      slot.free), slot)))
+            if self._waiting or self._holding >= self.deps.settings.concurrency:
+                self._waiting.append((deliver, work, claimed_at))
+                self.claimed_ahead += 1
+            else:
+                self._start(deliver, work)
+
+    def _start(self, deliver, work) -> None:
+        slot = _Slot(self)
+        self._active.add(asyncio.create_task(self._handle(deliver(work, self.deps, slot.free),
+                                                          slot)))
+
+    def _slot_freed(self) -> None:
+        """A slot was given back: the longest-waiting run claimed ahead takes it now."""
+        self._ahead.slot_freed()
+        if self._waiting and not self._waiting_closed:
+            deliver, work, claimed_at = self._waiting.popleft()
+            if isinstance(work, ClaimedRun):  # its deadline runs from the claim
+                work = replace(work, waited_seconds=time.monotonic() - claimed_at)
+            self._start(deliver, work)
+        self._wake.set()
 
     async def _handle(self, work, slot: "_Slot") -> None:
         try:
@@ -171,22 +216,31 @@ class Worker:
             await asyncio.gather(*late, return_exceptions=True)
 
     async def _drain(self, deadline: float) -> None:
-        """Stop claiming; let running agents finish until the grace period's deadline, then
-        interrupt each one still going, whose delivery releases it (run_delivery._release); a
-        release still unwritten after RELEASE_MARGIN_SECONDS is abandoned to the stale sweep."""
-        if not self._active:
+        """Stop claiming; let running agents finish until the grace period's deadline (runs
+        claimed ahead start as slots free meanwhile), then interrupt each one still going,
+        whose delivery releases it (run_delivery._release), and release the runs still waiting
+        for a slot, which never began; a release still unwritten after RELEASE_MARGIN_SECONDS
+        is abandoned to the stale sweep."""
+        while self._active:  # a delivery that ends may start one that waited: wait for it too
+            _, pending = await asyncio.wait(set(self._active), timeout=_left(deadline))
+            if pending:
+                break
+        self._waiting_closed = True  # before any cancel below frees a slot
+        pending = set(self._active)
+        unstarted = [release_unstarted(work, self.deps) for _, work, _ in self._waiting
+                     if isinstance(work, ClaimedRun)]  # a lease not taken up just expires
+        self._waiting.clear()
+        if not pending and not unstarted:
             return
-        _, pending = await asyncio.wait(set(self._active), timeout=_left(deadline))
-        if not pending:
-            return
-        log.warning("releasing_runs", count=len(pending))
+        log.warning("releasing_runs", count=len(pending), waiting=len(unstarted))
         for task in pending:
             task.cancel()
-        _, stuck = await asyncio.wait(pending, timeout=RELEASE_MARGIN_SECONDS)
+        releases = pending | {asyncio.create_task(release) for release in unstarted}
+        _, stuck = await asyncio.wait(releases, timeout=RELEASE_MARGIN_SECONDS)
         for task in stuck:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(*pending, return_exceptions=True)
+            await asyncio.gather(*releases, return_exceptions=True)
 
 
 def _left(deadline: float) -> float:
@@ -206,11 +260,11 @@ class _Slot:
 
     def free(self) -> None:
         worker = self._worker
-        if self._held and worker._writing < worker.deps.settings.concurrency:
+        if self._held and worker._writing < max(worker.deps.settings.concurrency, WRITING_FLOOR):
             self._held, self._writing = False, True
             worker._holding -= 1
             worker._writing += 1
-            worker._wake.set()
+            worker._slot_freed()
 
     def done(self) -> None:
         worker = self._worker
@@ -220,4 +274,6 @@ class _Slot:
         if self._held:
             self._held = False
             worker._holding -= 1
-        worker._wake.set()
+            worker._slot_freed()
+        else:
+            worker._wake.set()

@@ -1,6 +1,6 @@
 """A worker's slots: a run gives its slot back once its agent is done, so the next run starts
 while the verdict is written; no more runs write their verdicts that way at once than there
-are slots, so memory stays bounded when the database is slow to take them; thousands of free
+are slots (or WRITING_FLOOR, for a small worker), so memory stays bounded when the database is slow to take them; thousands of free
 slots are filled a bounded claim at a time."""
 
 from __future__ import annotations
@@ -36,32 +36,41 @@ async def test_the_next_run_starts_while_the_last_runs_verdict_is_still_being_wr
         failpoints.disarm_all()
 
 
-async def test_no_more_runs_write_their_verdicts_after_giving_back_their_slots_than_there_are_slots(
+async def test_no_more_runs_write_their_verdicts_after_giving_back_their_slots_than_the_cap(
         api, pool, db_url):
+    from tickwork.worker.runner import WRITING_FLOOR
+
     agent = await scripted_agent(api, [])
-    runs = [await queue_run(api, agent, ONE_TURN) for _ in range(10)]
+    runs = WRITING_FLOOR + 8
+    queue_runs_at_once(db_url, agent, runs)
     failpoints.arm("run.before_complete_commit", "block:verdict")
     try:
         async with running_worker(pool, db_url, concurrency=2) as worker:
-            # Two runs gave their slots back and wait at their verdict; two more took the
-            # slots and wait there too, holding them: four started, the other six wait.
-            await until(db_url, "SELECT count(*) = 4 FROM executions WHERE status = 'running'")
-            await holding(worker, 2)  # the claim's answer reached the worker: both slots held,
-            # so no other run can start from here
-            assert (worker._holding, worker._writing) == (2, 2)
-            assert scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'queued'") == 6
+            # WRITING_FLOOR runs gave their slots back (two slots are fewer) and wait at their
+            # verdict; two more took the slots and wait there too, holding them.
+            await until(db_url, f"SELECT count(*) >= {WRITING_FLOOR + 2} FROM executions"
+                        " WHERE status = 'running'")
+            await settled(worker, WRITING_FLOOR)  # both slots held: no other run can start
+            # from here (one or two claimed ahead may wait for a slot)
+            waiting = len(worker._waiting)
+            assert waiting <= 2
+            assert scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'running'") \
+                == WRITING_FLOOR + 2 + waiting
+            assert scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'queued'") \
+                == runs - WRITING_FLOOR - 2 - waiting
             failpoints.release("verdict")
-            await until(db_url, "SELECT count(*) = 10 FROM executions WHERE status = 'completed'")
-        assert (worker._holding, worker._writing) == (0, 0)
+            await until(db_url, all_done(runs))
+        assert (worker._holding, worker._writing, len(worker._waiting)) == (0, 0, 0)
     finally:
         failpoints.disarm_all()
-    assert scalar(db_url, "SELECT count(*) FROM execution_claims") == len(runs)
+    assert scalar(db_url, "SELECT count(*) FROM execution_claims") == runs
 
 
-async def holding(worker, slots: int) -> None:
-    """Until the worker counts this many slots held (its claim's answer has been read)."""
+async def settled(worker, writing: int) -> None:
+    """Until the worker holds both its slots, counts ``writing`` verdicts being written and has
+    no claim out (its counts then stay as they are while the verdicts are held)."""
     async with asyncio.timeout(30):
-        while worker._holding < slots:
+        while (worker._holding, worker._writing, worker._asked) != (2, writing, 0):
             await asyncio.sleep(0.01)
 
 

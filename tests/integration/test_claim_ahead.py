@@ -1,0 +1,130 @@
+"""Claiming ahead (worker/claim_ahead.py): while its slots free quickly a worker claims a few
+runs more than it has free slots, and each starts the moment a slot frees. Still each run once,
+never more agents at work than slots, nothing claimed ahead for runs that take long, and a stop
+releases the runs that never got a slot as new attempts, without their having begun."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+
+from tests.factories import queue_run, queue_runs_at_once, scripted_agent
+from tests.integration.test_deploy import opened, row
+from tests.integration.test_visible_events import Gate, gated_worker, has_event
+from tests.integration.test_worker_runs import events
+from tests.integration.workers import all_done, run_deps, scalar, until
+from tickwork.worker.providers.routing import ProviderSettings, build_router
+from tickwork.worker.runner import Worker
+
+SLOW = {"script": [{"sleep": 30}, {"text": "Finished."}]}
+
+
+class AtWork:
+    """The scripted model's sleep, counting the runs inside it at once (agents at work)."""
+
+    def __init__(self) -> None:
+        self.now = self.most = 0
+
+    async def sleep(self, seconds: float) -> None:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self.now -= 1
+
+
+async def worker_with_model(pool, db_url: str, sleep, **settings):
+    deps = run_deps(pool, **settings)
+    deps.provider = build_router(ProviderSettings(models=""), sleep=sleep)
+    return Worker(deps, db_url)
+
+
+async def drain(worker: Worker, db_url: str, runs: int) -> None:
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await until(db_url, all_done(runs))
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+        await worker.deps.journal_writer.close()
+
+
+def with_script(db_url: str, script: list) -> None:
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE executions SET input = %s", (psycopg.types.json.Jsonb(
+            {"script": script}),))
+
+
+async def test_runs_claimed_ahead_start_as_slots_free_each_once_and_never_past_the_slots(
+        api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    runs = 300
+    queue_runs_at_once(db_url, agent, runs)
+    with_script(db_url, [{"sleep": 0.002}, {"text": "ok"}])  # short runs: slots free fast
+    at_work = AtWork()
+    worker = await worker_with_model(pool, db_url, at_work.sleep, concurrency=2)
+    await drain(worker, db_url, runs)
+    assert worker.claimed_ahead > 0  # some runs were claimed before a slot was free for them
+    assert at_work.most == 2  # but no more than two agents were ever at work at once
+    counts = psycopg.connect(db_url).execute(
+        "SELECT (SELECT count(*) FROM executions WHERE status = 'completed' AND attempt = 1),"
+        " (SELECT count(*) FROM execution_claims),"
+        " (SELECT count(*) FROM run_events WHERE type = 'run_start'),"
+        " (SELECT count(*) FROM run_events WHERE type = 'run_complete'),"
+        " (SELECT count(*) FROM queue_tasks)").fetchone()
+    assert counts == (runs, runs, runs, runs, 0)
+
+
+async def test_a_worker_whose_runs_take_long_claims_nothing_ahead(api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    runs = 3
+    queue_runs_at_once(db_url, agent, runs)
+    with_script(db_url, [{"sleep": 0.3}, {"text": "ok"}])
+    worker = await worker_with_model(pool, db_url, asyncio.sleep, concurrency=1)
+    await drain(worker, db_url, runs)
+    assert worker.claimed_ahead == 0
+    # Each run was claimed alone, once the slot was free: the others stayed in the queue for
+    # any worker meanwhile.
+    assert scalar(db_url, "SELECT count(DISTINCT claim_id) FROM execution_claims") == runs
+
+
+class OneAhead:
+    """A sizer that always claims one run ahead (as a worker whose slots free fast does)."""
+
+    def slot_freed(self) -> None:
+        pass
+
+    def ahead(self, cap: int) -> int:
+        return 1
+
+
+async def test_a_stop_releases_a_run_claimed_ahead_that_never_got_a_slot_without_its_beginning(
+        api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    first, waiting, untouched = [await queue_run(api, agent, SLOW) for _ in range(3)]
+    async with gated_worker(pool, db_url, model=Gate(), concurrency=1,
+                            shutdown_grace_seconds=0) as worker:
+        await until(db_url, *has_event(first, "step_start"), timeout=30)
+        worker._ahead = OneAhead()
+        worker._wake.set()
+        async with asyncio.timeout(30):
+            while not worker.claimed_ahead:
+                await asyncio.sleep(0.01)
+        # Started by its claim, waiting in the worker for the one slot; the third never claimed.
+        assert row(db_url, waiting, "status")[0] == "running"
+        assert row(db_url, untouched, "status")[0] == "queued"
+    # The grace period (none) is over: the run at work is released as before, and the one that
+    # waited is released too, having done nothing: no step, a retry queued at once.
+    for run_id in (first, waiting):
+        assert row(db_url, run_id, "status, breadcrumb") == ("failed", "released")
+    assert [e["type"] for e in await events(api, waiting)] == ["run_start", "run_complete"]
+    assert (await events(api, waiting))[-1]["payload"]["released"] is True
+    assert row(db_url, untouched, "status, attempt") == ("queued", 1)
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'queued'") == 3
+    async with gated_worker(pool, db_url, model=opened()):  # nothing is lost
+        await until(db_url, "SELECT count(*) = 3 FROM executions WHERE status = 'completed'",
+                    timeout=30)
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE retry_of = %s", (waiting,)) == 1

@@ -1,11 +1,14 @@
 """Claiming ahead (worker/claim_ahead.py): while its slots free quickly a worker claims a few
 runs more than it has free slots, and each starts the moment a slot frees. Still each run once,
 never more agents at work than slots, nothing claimed ahead for runs that take long, and a stop
-releases the runs that never got a slot as new attempts, without their having begun."""
+releases the runs that never got a slot as new attempts, without their having begun. The last
+two tests stop and kill real worker processes in the middle of a burst they claim ahead for."""
 
 from __future__ import annotations
 
 import asyncio
+import re
+from datetime import timedelta
 
 import psycopg
 
@@ -13,7 +16,8 @@ from tests.factories import queue_run, queue_runs_at_once, scripted_agent
 from tests.integration.test_deploy import opened, row
 from tests.integration.test_visible_events import Gate, gated_worker, has_event
 from tests.integration.test_worker_runs import events
-from tests.integration.workers import all_done, run_deps, scalar, until
+from tests.integration.workers import WorkerProcess, all_done, run_deps, scalar, until
+from tickwork.scheduler.sweep import sweep_stale
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
 
@@ -128,3 +132,63 @@ async def test_a_stop_releases_a_run_claimed_ahead_that_never_got_a_slot_without
         await until(db_url, "SELECT count(*) = 3 FROM executions WHERE status = 'completed'",
                     timeout=30)
     assert scalar(db_url, "SELECT count(*) FROM executions WHERE retry_of = %s", (waiting,)) == 1
+
+
+BURST = 5000
+SOME_DONE = "SELECT count(*) >= 500 FROM executions WHERE status = 'completed'"
+
+
+def claimed_ahead(worker: WorkerProcess) -> int:
+    """What the worker's last line said it claimed ahead (worker_stopped)."""
+    found = re.findall(r"claimed_ahead\W+(\d+)", worker.log())
+    assert found, worker.log()
+    return int(found[-1])
+
+
+def each_run_started_once(db_url: str) -> None:
+    assert scalar(db_url, "SELECT count(*) FROM (SELECT execution_id FROM run_events"
+                          " WHERE type = 'run_start' GROUP BY execution_id"
+                          " HAVING count(*) <> 1) twice") == 0
+    assert scalar(db_url, "SELECT count(*) FROM run_events WHERE type = 'run_start'") == \
+        scalar(db_url, "SELECT count(*) FROM execution_claims")
+
+
+async def test_a_worker_process_stopped_while_claiming_ahead_finishes_what_it_took_and_no_more(
+        api, db_url):
+    agent = await scripted_agent(api, [])
+    queue_runs_at_once(db_url, agent, BURST)
+    worker = WorkerProcess(db_url, concurrency=4)
+    await until(db_url, SOME_DONE)
+    assert worker.terminate() == 0
+    assert claimed_ahead(worker) > 0
+    # Everything it had taken, ahead or not, ended within the grace period; nothing else began.
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE status <> 'queued'") == \
+        scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'completed'")
+    each_run_started_once(db_url)
+    fresh = WorkerProcess(db_url, concurrency=4)
+    await until(db_url, all_done(BURST))
+    assert fresh.terminate() == 0
+    each_run_started_once(db_url)
+    assert scalar(db_url, "SELECT count(*) FROM executions") == BURST  # no retry was needed
+
+
+async def test_a_worker_process_killed_while_claiming_ahead_leaves_its_runs_to_the_sweep_once(
+        api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    queue_runs_at_once(db_url, agent, BURST)
+    worker = WorkerProcess(db_url, concurrency=4)
+    await until(db_url, SOME_DONE)
+    worker.kill()  # SIGKILL: runs at work, writing their verdicts or waiting for a slot
+    in_hand = scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'running'")
+    deadline = scalar(db_url, "SELECT max(deadline) FROM executions")
+    swept = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=BURST)
+    assert (swept.failed, swept.retried) == (in_hand, in_hand)
+    fresh = WorkerProcess(db_url, concurrency=4)
+    await until(db_url, all_done(BURST))  # every run, or its one retry, completed
+    assert fresh.terminate() == 0
+    each_run_started_once(db_url)
+    assert scalar(db_url, "SELECT count(*) FROM executions") == BURST + in_hand
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'failed'"
+                          " AND outcome = 'timed_out'") == in_hand
+    assert scalar(db_url, "SELECT count(*) FROM executions r JOIN executions o"
+                          " ON r.retry_of = o.id WHERE r.status = 'completed'") == in_hand

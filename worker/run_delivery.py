@@ -57,8 +57,7 @@ async def handle_task(task: LeasedTask, deps: RunDeps,
 
 
 async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) -> dict[str, Any]:
-    journal = RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
-                         payload_json=journal_json, writer=deps.journal_writer)
+    journal = _journal(run, deps)
     journal.cancel_requested = run.cancel_requested
     run_log = RunLog(run)
     approval_id = run.resume.approval_id if run.resume is not None else None
@@ -79,6 +78,11 @@ async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) ->
             result = {"fenced": True}
         tracing.end_run(span, result)
         return result
+
+
+def _journal(run: ClaimedRun, deps: RunDeps) -> RunJournal:
+    return RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
+                      payload_json=journal_json, writer=deps.journal_writer)
 
 
 async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
@@ -146,12 +150,12 @@ async def _finish(journal: RunJournal, outcome: RunOutcome, run_log,
 async def release_unstarted(run: ClaimedRun, deps: RunDeps) -> None:
     """A run claimed ahead that never got a slot before the worker's grace period ended: it
     did no work, and is handed on like one interrupted (a new attempt any worker can take)."""
-    journal = RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
-                         payload_json=journal_json, writer=deps.journal_writer)
+    journal = _journal(run, deps)
+    run_log = RunLog(run)
     try:
-        await _release(run, journal, deps, RunLog(run))
+        await _release(run, journal, deps, run_log)
     except RunFenced:
-        RunLog(run).warning("run_fenced")  # the sweep judged it first; its verdict stands
+        run_log.warning("run_fenced")  # the sweep judged it first; its verdict stands
 
 
 async def _release(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log) -> None:

@@ -448,7 +448,7 @@ def measure_pickup(url: str, tenant_id: UUID, agent_id: UUID, worker: WorkerProc
 
 PGQUEUER_DRIVER = textwrap.dedent('''
     """Enqueue N no-op jobs, drain them with one QueueManager, print one JSON line."""
-    import asyncio, json, sys, time
+    import asyncio, json, os, sys, time
     from datetime import timedelta
 
     import asyncpg
@@ -477,11 +477,15 @@ PGQUEUER_DRIVER = textwrap.dedent('''
         async def noop(job):
             return None
 
-        started = time.perf_counter()
+        backend = qm_conn.get_server_pid()
+        started, cpu, backend_cpu = time.perf_counter(), time.process_time(), proc_cpu(backend)
         await qm.run(mode=QueueExecutionMode.drain, batch_size=batch,
                      dequeue_timeout=timedelta(seconds=1),
                      max_concurrent_tasks=cfg["max_concurrent_tasks"])
         wall_s = time.perf_counter() - started
+        cpu_s, backend_cpu_s = time.process_time() - cpu, proc_cpu(backend)
+        if backend_cpu is not None and backend_cpu_s is not None:
+            backend_cpu_s -= backend_cpu
         await qm_conn.close()
 
         conn = await asyncpg.connect(dsn)
@@ -493,8 +497,18 @@ PGQUEUER_DRIVER = textwrap.dedent('''
         await conn.close()
         print(json.dumps({"jobs": jobs, "done": row["done"], "left_in_queue": row["left_in_queue"],
                           "span_s": (row["last_done"] - row["first_pick"]).total_seconds(),
-                          "wall_s": wall_s, "enqueue_s": enqueue_s,
+                          "wall_s": wall_s, "enqueue_s": enqueue_s, "process_cpu_s": cpu_s,
+                          "backend_cpu_s": backend_cpu_s,
                           "version": pgqueuer.__version__}), flush=True)
+
+
+    def proc_cpu(pid):
+        """CPU seconds of a process on this machine (its backend), None when unreadable."""
+        try:
+            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
     def cfg_checkpoint(dsn):
@@ -568,6 +582,12 @@ def measure_pgqueuer(url: str, args: argparse.Namespace, scratch: Path, *, batch
         f"(asyncpg, dequeue batch {batch}, {bound}) in {result['span_s']:.2f} s (first picked "
         f".. last successful in its log) = {rate:,.0f} jobs/s; {result['wall_s']:.2f} s wall; "
         f"enqueued in {result['enqueue_s']:.2f} s")
+    result["process_cpu_ms_per_job"] = round(1000 * result["process_cpu_s"] / args.runs, 3)
+    if result.get("backend_cpu_s") is not None:
+        result["backend_cpu_ms_per_job"] = round(1000 * result["backend_cpu_s"] / args.runs, 3)
+        say(f"  its process CPU {result['process_cpu_ms_per_job']:.3f} ms/job, its Postgres "
+            f"backend {result['backend_cpu_ms_per_job']:.3f} ms/job (the whole drain, wall "
+            "time included)")
     return rate, None, result
 
 
@@ -842,7 +862,7 @@ def main() -> None:
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     scratch = Path(tempfile.mkdtemp(prefix="tickwork-bench-runs-work-"))
     figures: dict[str, Any] = {}
-    pgq_rate, pgq_reason = None, "skipped (--no-pgqueuer)"
+    pgq_rate, pgq_reason, pgq = None, "skipped (--no-pgqueuer)", {}
     bounded_rate = None
     try:
         with scratch_database(SCRATCH_DB) as url:
@@ -867,9 +887,9 @@ def main() -> None:
             if not args.no_pgqueuer:
                 # As the goal reads: dequeue batch C and pgqueuer's default, no bound on the
                 # jobs in flight (it dequeues the next batch while the last runs).
-                pgq_rate, pgq_reason, _ = measure_pgqueuer(url, args, scratch,
-                                                           batch=args.concurrency,
-                                                           max_in_flight=None)
+                pgq_rate, pgq_reason, pgq = measure_pgqueuer(url, args, scratch,
+                                                             batch=args.concurrency,
+                                                             max_in_flight=None)
                 if pgq_rate is None:
                     say(f"pgqueuer: no figure ({pgq_reason})")
                 if args.concurrency >= 2:
@@ -903,6 +923,10 @@ def main() -> None:
         "pgqueuer_jobs_per_s": round(pgq_rate, 1) if pgq_rate else None,
         "pgqueuer_missing_reason": pgq_reason if pgq_rate is None else None,
         "ratio_vs_pgqueuer": ratio,
+        # Its CPU per job over its whole drain, against the worker's per run above: what the
+        # same two cores can give each.
+        "pgqueuer_process_cpu_ms_per_job": pgq.get("process_cpu_ms_per_job"),
+        "pgqueuer_backend_cpu_ms_per_job": pgq.get("backend_cpu_ms_per_job"),
         "pgqueuer_bounded_jobs_per_s": round(bounded_rate, 1) if bounded_rate else None,
         "ratio_vs_pgqueuer_bounded": bounded_ratio,
         "ratio_vs_floor": round(figures["runs_per_s"] / floor, 3),

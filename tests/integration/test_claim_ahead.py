@@ -1,13 +1,15 @@
 """Claiming ahead (worker/claim_ahead.py): while its slots free quickly a worker claims a few
 runs more than it has free slots, and each starts the moment a slot frees. Still each run once,
 never more agents at work than slots, nothing claimed ahead for runs that take long, and a stop
-releases the runs that never got a slot as new attempts, without their having begun. The last
-two tests stop and kill real worker processes in the middle of a burst they claim ahead for."""
+releases the runs that never got a slot as new attempts, without their having begun; a run that
+waited keeps the deadline its claim gave it. Two tests stop and kill real worker processes in
+the middle of a burst they claim ahead for."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 from datetime import timedelta
 
 import psycopg
@@ -18,6 +20,8 @@ from tests.integration.test_visible_events import Gate, gated_worker, has_event
 from tests.integration.test_worker_runs import events
 from tests.integration.workers import WorkerProcess, all_done, run_deps, scalar, until
 from tickwork.scheduler.sweep import sweep_stale
+from tickwork.worker.claim import claim_queued_runs
+from tickwork.worker.run_delivery import DEADLINE_MARGIN_SECONDS, run_claimed
 from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.runner import Worker
 
@@ -192,3 +196,24 @@ async def test_a_worker_process_killed_while_claiming_ahead_leaves_its_runs_to_t
                           " AND outcome = 'timed_out'") == in_hand
     assert scalar(db_url, "SELECT count(*) FROM executions r JOIN executions o"
                           " ON r.retry_of = o.id WHERE r.status = 'completed'") == in_hand
+
+
+async def test_a_run_claimed_ahead_keeps_the_deadline_its_claim_gave_it(api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    run_id = await queue_run(api, agent, SLOW, timeout_minutes=1)
+    [run] = await claim_queued_runs(pool, limit=1, worker_id="test")
+    # It waited a minute for a slot: its deadline (in the database) has just passed, and its
+    # own timer, started only now, must count the minute already gone.
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE executions SET deadline = now() - interval '1 second'"
+                     " WHERE id = %s", (run_id,))
+    waited = replace(run, waited_seconds=60 + DEADLINE_MARGIN_SECONDS - 0.05)
+    deps = run_deps(pool)
+    deps.provider = build_router(ProviderSettings(models=""), sleep=Gate().wait)  # never answers
+    try:
+        result = await asyncio.wait_for(run_claimed(waited, deps), 30)
+    finally:
+        await deps.journal_writer.close()
+    assert result == {"status": "failed", "outcome": "timed_out"}
+    assert row(db_url, run_id, "status, outcome") == ("failed", "timed_out")
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE retry_of = %s", (run_id,)) == 1

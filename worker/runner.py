@@ -108,7 +108,8 @@ class Worker:
         True when one was sent."""
         concurrency = self.deps.settings.concurrency
         open_slots = concurrency - self._holding - len(self._waiting) - self._asked
-        ahead = self._ahead.ahead(min(concurrency, CLAIM_BATCH))
+        ahead = (self._ahead.ahead(min(concurrency, CLAIM_BATCH))
+                 if self.deps.settings.claim_ahead else 0)
         wanted = min(open_slots + ahead, CLAIM_BATCH)
         in_flight_limit = CLAIMS_IN_FLIGHT if self._queue_has_more else 1
         if wanted <= 0 or len(self._claims) >= in_flight_limit:

@@ -10,6 +10,9 @@ class WorkerSettings(BaseSettings):
     # Runs one worker process holds at once: a ceiling the operator picks (memory is the
     # limit; a run waiting on its model or a tool holds no connection).
     concurrency: int = 4
+    # While slots free quickly, claim a few runs ahead of them (worker/claim_ahead.py); off, a
+    # worker never holds more runs than its concurrency.
+    claim_ahead: bool = True
     poll_interval_seconds: float = 1.0
     lease_seconds: int = 60
     shutdown_grace_seconds: float = 30.0

@@ -86,6 +86,18 @@ async def test_runs_claimed_ahead_start_as_slots_free_each_once_and_never_past_t
     assert counts == (runs, runs, runs, runs, 0)
 
 
+async def test_a_worker_told_not_to_claims_nothing_ahead_however_fast_its_slots_free(
+        api, pool, db_url):
+    agent = await scripted_agent(api, [])
+    runs = 300
+    queue_runs_at_once(db_url, agent, runs)
+    worker = await worker_with_model(pool, db_url, asyncio.sleep, concurrency=2,
+                                     claim_ahead=False)
+    await drain(worker, db_url, runs)
+    assert worker.claimed_ahead == 0
+    assert scalar(db_url, "SELECT count(*) FROM run_events WHERE type = 'run_start'") == runs
+
+
 async def test_a_worker_whose_runs_take_long_claims_nothing_ahead(api, pool, db_url):
     agent = await scripted_agent(api, [])
     runs = 3

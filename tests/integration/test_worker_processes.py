@@ -231,7 +231,8 @@ async def test_tickwork_worker_honours_the_concurrency_and_pool_size_settings(db
 
 
 @pytest.mark.parametrize("flag, env", [(0, {}), (None, {"TICKWORK_CONCURRENCY": "0"}),
-                                       (None, {"TICKWORK_POOL_MAX_SIZE": "0"})])
+                                       (None, {"TICKWORK_POOL_MAX_SIZE": "0"}),
+                                       (None, {"TICKWORK_CLAIM_AHEAD": "maybe"})])
 def test_tickwork_worker_refuses_bad_settings_in_one_sentence_and_starts_nothing(
         db_url, flag, env):
     worker = WorkerProcess(db_url, concurrency=flag, **env)
@@ -239,6 +240,7 @@ def test_tickwork_worker_refuses_bad_settings_in_one_sentence_and_starts_nothing
     error = " ".join(worker.log().split())  # stdout is empty: it stopped before any log line
     assert error.startswith("error: ")
     assert ("concurrency must be a whole number of at least 1 (got 0)" in error
-            or "pool sizes must satisfy" in error)
+            or "pool sizes must satisfy" in error
+            or "valid boolean, unable to interpret input (TICKWORK_CLAIM_AHEAD)" in error)
     assert "Traceback" not in error
     assert worker_sessions(db_url) == 0

@@ -22,7 +22,7 @@ RATE_WINDOW_SECONDS = 0.1
 
 class AheadSizer:
     """Counts the slots that free and says how many runs to claim ahead. ``clock`` is a
-    monotonic clock in seconds (the event loop's), injected so tests can drive it."""
+    monotonic clock in seconds (time.monotonic in the worker), injected so tests can drive it."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock

@@ -8,6 +8,7 @@ from typing import Iterable
 from uuid import UUID
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from tickwork.sql.ids import new_id
 
@@ -34,19 +35,22 @@ def make_agent(conn: psycopg.Connection, tenant_id: UUID, name: str = "reporter"
 
 
 def queue_runs_at_once(db_url: str, agent_id: str | UUID, runs: int, *,
-                       age: str = "0 seconds") -> list[UUID]:
-    """``runs`` one-turn scripted runs of the agent queued at one commit (as a burst of fires
-    would be), available ``age`` ago; their ids."""
+                       age: str = "0 seconds",
+                       script: list | None = None) -> list[UUID]:
+    """``runs`` scripted runs of the agent queued at one commit (as a burst of fires would
+    be), available ``age`` ago, each with ``script`` (one turn answering "ok" when not given);
+    their ids."""
+    run_input = Jsonb({"script": script if script is not None else [{"text": "ok"}]})
     with psycopg.connect(db_url, autocommit=True) as conn:
         rows = conn.execute(
             "WITH made AS (INSERT INTO executions (id, tenant_id, agent_id, trigger_type,"
             " trigger_source, scheduled_for, input)"
             " SELECT gen_random_uuid(), a.tenant_id, a.id, 'run', 'api', now(),"
-            " '{\"script\": [{\"text\": \"ok\"}]}' FROM agents a, generate_series(1, %s)"
+            " %s FROM agents a, generate_series(1, %s)"
             " WHERE a.id = %s RETURNING id)"
             " INSERT INTO queue_tasks (name, kind, execution_id, available_at)"
             " SELECT id::text, 'run', id, now() - %s::interval FROM made RETURNING execution_id",
-            (runs, agent_id, age)).fetchall()
+            (run_input, runs, agent_id, age)).fetchall()
     return [row[0] for row in rows]
 
 

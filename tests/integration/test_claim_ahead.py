@@ -23,18 +23,18 @@ from tickwork.scheduler.sweep import sweep_stale
 from tickwork.worker.claim import claim_queued_runs
 from tickwork.worker.run_delivery import DEADLINE_MARGIN_SECONDS, run_claimed
 from tickwork.worker.providers.routing import ProviderSettings, build_router
-from tickwork.worker.runner import Worker
 
 SLOW = {"script": [{"sleep": 30}, {"text": "Finished."}]}
 
 
 class AtWork:
-    """The scripted model's sleep, counting the runs inside it at once (agents at work)."""
+    """The scripted model's sleep (gated_worker's model), counting the runs inside it at once:
+    the agents at work."""
 
     def __init__(self) -> None:
         self.now = self.most = 0
 
-    async def sleep(self, seconds: float) -> None:
+    async def wait(self, seconds: float) -> None:
         self.now += 1
         self.most = max(self.most, self.now)
         try:
@@ -43,47 +43,24 @@ class AtWork:
             self.now -= 1
 
 
-async def worker_with_model(pool, db_url: str, sleep, **settings):
-    deps = run_deps(pool, **settings)
-    deps.provider = build_router(ProviderSettings(models=""), sleep=sleep)
-    return Worker(deps, db_url)
-
-
-async def drain(worker: Worker, db_url: str, runs: int) -> None:
-    stop = asyncio.Event()
-    task = asyncio.create_task(worker.run(stop))
-    try:
-        await until(db_url, all_done(runs))
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-        await worker.deps.journal_writer.close()
-
-
-def with_script(db_url: str, script: list) -> None:
-    with psycopg.connect(db_url) as conn:
-        conn.execute("UPDATE executions SET input = %s", (psycopg.types.json.Jsonb(
-            {"script": script}),))
-
-
 async def test_runs_claimed_ahead_start_as_slots_free_each_once_and_never_past_the_slots(
         api, pool, db_url):
     agent = await scripted_agent(api, [])
     runs = 300
-    queue_runs_at_once(db_url, agent, runs)
-    with_script(db_url, [{"sleep": 0.002}, {"text": "ok"}])  # short runs: slots free fast
+    # Short runs: slots free fast.
+    queue_runs_at_once(db_url, agent, runs, script=[{"sleep": 0.002}, {"text": "ok"}])
     at_work = AtWork()
-    worker = await worker_with_model(pool, db_url, at_work.sleep, concurrency=2)
-    await drain(worker, db_url, runs)
+    async with gated_worker(pool, db_url, model=at_work, concurrency=2) as worker:
+        await until(db_url, all_done(runs))
     assert worker.claimed_ahead > 0  # some runs were claimed before a slot was free for them
     assert at_work.most == 2  # but no more than two agents were ever at work at once
-    counts = psycopg.connect(db_url).execute(
-        "SELECT (SELECT count(*) FROM executions WHERE status = 'completed' AND attempt = 1),"
-        " (SELECT count(*) FROM execution_claims),"
-        " (SELECT count(*) FROM run_events WHERE type = 'run_start'),"
-        " (SELECT count(*) FROM run_events WHERE type = 'run_complete'),"
-        " (SELECT count(*) FROM queue_tasks)").fetchone()
-    assert counts == (runs, runs, runs, runs, 0)
+    counts = scalar(db_url, "SELECT ARRAY["
+                    "(SELECT count(*) FROM executions WHERE status = 'completed' AND attempt = 1),"
+                    " (SELECT count(*) FROM execution_claims),"
+                    " (SELECT count(*) FROM run_events WHERE type = 'run_start'),"
+                    " (SELECT count(*) FROM run_events WHERE type = 'run_complete'),"
+                    " (SELECT count(*) FROM queue_tasks)]")
+    assert counts == [runs, runs, runs, runs, 0]
 
 
 async def test_a_worker_told_not_to_claims_nothing_ahead_however_fast_its_slots_free(
@@ -91,9 +68,8 @@ async def test_a_worker_told_not_to_claims_nothing_ahead_however_fast_its_slots_
     agent = await scripted_agent(api, [])
     runs = 300
     queue_runs_at_once(db_url, agent, runs)
-    worker = await worker_with_model(pool, db_url, asyncio.sleep, concurrency=2,
-                                     claim_ahead=False)
-    await drain(worker, db_url, runs)
+    async with gated_worker(pool, db_url, concurrency=2, claim_ahead=False) as worker:
+        await until(db_url, all_done(runs))
     assert worker.claimed_ahead == 0
     assert scalar(db_url, "SELECT count(*) FROM run_events WHERE type = 'run_start'") == runs
 
@@ -101,10 +77,9 @@ async def test_a_worker_told_not_to_claims_nothing_ahead_however_fast_its_slots_
 async def test_a_worker_whose_runs_take_long_claims_nothing_ahead(api, pool, db_url):
     agent = await scripted_agent(api, [])
     runs = 3
-    queue_runs_at_once(db_url, agent, runs)
-    with_script(db_url, [{"sleep": 0.3}, {"text": "ok"}])
-    worker = await worker_with_model(pool, db_url, asyncio.sleep, concurrency=1)
-    await drain(worker, db_url, runs)
+    queue_runs_at_once(db_url, agent, runs, script=[{"sleep": 0.3}, {"text": "ok"}])
+    async with gated_worker(pool, db_url, concurrency=1) as worker:
+        await until(db_url, all_done(runs))
     assert worker.claimed_ahead == 0
     # Each run was claimed alone, once the slot was free: the others stayed in the queue for
     # any worker meanwhile.

@@ -1,7 +1,7 @@
 """A worker's slots: a run gives its slot back once its agent is done, so the next run starts
 while the verdict is written; no more runs write their verdicts that way at once than there
-are slots (or WRITING_FLOOR, for a small worker), so memory stays bounded when the database is slow to take them; thousands of free
-slots are filled a bounded claim at a time."""
+are slots (or WRITING_FLOOR, for a small worker), so memory stays bounded when the database is
+slow to take them; thousands of free slots are filled a bounded claim at a time."""
 
 from __future__ import annotations
 

@@ -8,8 +8,10 @@
 --
 -- Cheap: the test moves into the trigger's WHEN clause, which Postgres evaluates in the executor
 -- without calling PL/pgSQL; the function now runs only to refuse. Every run's claim and verdict
--- is an UPDATE OF status, so each run called the function twice to be told nothing (measured
--- in bench/README.md, runs.py). CREATE OR REPLACE TRIGGER (Postgres 14) swaps it in one step.
+-- is an UPDATE OF status, so each run called the function twice to be told nothing. Measured
+-- with pgbench (one client, an UPDATE of 16 runs' status, a fresh table each time, 3 rounds):
+-- 3,130-3,837 statements/s with the function called per row, 3,436-4,096 with this WHEN clause,
+-- 3,425-3,767 with no trigger at all. CREATE OR REPLACE TRIGGER (Postgres 14) swaps it in place.
 CREATE OR REPLACE FUNCTION executions_refuse_terminal_change() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN

@@ -84,18 +84,28 @@ SELECT e.id, e.status, e.breadcrumb,
 -- dropped by name (a join to the picked CTE was planned as a scan of every queued task) and
 -- each run's agent is looked up by id; only the columns a run reads come back. The claim_id
 -- parameter names this claim in its claim rows, for get_runs_of_lost_claim.
+-- Planned once per connection: the picking scans at most the 256 oldest tasks it can lock (a
+-- constant: worker/runner.py CLAIM_BATCH, the largest claim, is not above it) and takes
+-- %(limit)s of them; the outer LIMIT stops the scan, so only those are locked. With the limit
+-- alone on the scan, a generic plan guessed it at a tenth of the queue, never looked cheaper
+-- than a fresh plan, and every claim was planned again (a sixth of the time the claim and the
+-- journal took, bench/README.md).
 WITH ready AS (
-    SELECT name, execution_id FROM queue_tasks
-     WHERE kind = 'run' AND lease_expires_at IS NULL AND available_at <= now()
-     ORDER BY available_at
+    SELECT name, execution_id
+      FROM (SELECT name, execution_id FROM queue_tasks
+             WHERE kind = 'run' AND lease_expires_at IS NULL AND available_at <= now()
+             ORDER BY available_at
+             LIMIT 256
+               FOR UPDATE SKIP LOCKED) oldest
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
 ), leftover AS (
-    SELECT name, execution_id FROM queue_tasks
-     WHERE kind = 'run' AND lease_expires_at < now()
-     ORDER BY lease_expires_at
+    SELECT name, execution_id
+      FROM (SELECT name, execution_id FROM queue_tasks
+             WHERE kind = 'run' AND lease_expires_at < now()
+             ORDER BY lease_expires_at
+             LIMIT 256
+               FOR UPDATE SKIP LOCKED) oldest
      LIMIT %(limit)s
-       FOR UPDATE SKIP LOCKED
 ), picked AS (
     SELECT name, execution_id FROM ready UNION ALL SELECT name, execution_id FROM leftover
      LIMIT %(limit)s

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import psycopg
 
-from tests.factories import make_agent, make_tenant
+from tests.factories import make_agent, make_tenant, queue_runs_at_once
 from tickwork.sql import QUERIES
 from tickwork.sql.db import open_pool
 from tickwork.sql.ids import new_id
@@ -61,3 +61,30 @@ async def test_nothing_is_prepared_when_the_setting_says_so(db_url, monkeypatch)
         assert await prepared_on(pool) == []
     finally:
         await pool.close()
+
+
+async def test_a_connection_plans_the_claim_once_however_long_the_queue(db_url):
+    """Postgres plans a prepared statement afresh for its first five executions, then keeps a
+    generic plan if that is not dearer than the plans it made; the claim's must be kept even
+    with thousands of tasks queued (its LIMIT was once estimated at a tenth of the queue, so
+    every claim was planned again: a sixth of the worker's statement time, bench/README.md)."""
+    queue_runs_at_once(db_url, agent_of(db_url), 3000)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("ANALYZE queue_tasks")
+        conn.execute("ANALYZE executions")
+    pool = await open_pool(db_url, application_name="tickwork-test-plans", max_size=1)
+    try:
+        for limit in (16, 7, 16, 3, 16, 12, 16, 1, 16, 9):
+            assert len(await claim_queued_runs(pool, limit=limit, worker_id="w")) == limit
+        async with pool.connection() as conn:
+            cursor = await conn.execute("SELECT generic_plans, custom_plans"
+                                        " FROM pg_prepared_statements")
+            [plans] = await cursor.fetchall()
+        assert plans == {"generic_plans": 5, "custom_plans": 5}
+    finally:
+        await pool.close()
+
+
+def agent_of(db_url: str):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        return make_agent(conn, make_tenant(conn))

@@ -89,3 +89,31 @@ def test_the_tick_still_finds_a_schedules_unfinished_run_by_its_schedule(busy_da
     conn, _, _ = busy_database
     shown = plan(conn, "claim_due_schedules", {"now": None, "limit": 100})
     assert "executions_unfinished_idx" in shown, shown
+
+
+def generic_plan(conn: psycopg.Connection, query: str, types: dict[str, str],
+                 values: dict) -> str:
+    """The plan Postgres keeps for a prepared statement once it stops planning it afresh (the
+    generic plan, forced here), EXPLAINed for these parameter values."""
+    text = QUERIES[query]
+    for n, name in enumerate(types, 1):
+        text = text.replace(f"%({name})s", f"${n}")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        conn.execute(f"PREPARE generic ({', '.join(types.values())}) AS {text}")
+        arguments = ", ".join(psycopg.sql.Literal(values[name]).as_string(conn) for name in types)
+        rows = conn.execute(f"EXPLAIN (COSTS off) EXECUTE generic ({arguments})").fetchall()
+        return "\n".join(row[0] for row in rows)
+    finally:
+        conn.execute("DEALLOCATE ALL")
+        conn.execute("RESET plan_cache_mode")
+
+
+def test_the_claims_generic_plan_reaches_every_table_by_key(busy_database):
+    conn, _, _ = busy_database
+    shown = generic_plan(conn, "claim_queued_executions",
+                         {"limit": "integer", "worker_id": "text", "claim_id": "uuid"},
+                         {"limit": 16, "worker_id": "w", "claim_id": new_id()})
+    assert "Seq Scan" not in shown, shown
+    assert "executions_pkey" in shown and "queue_tasks_pkey" in shown, shown
+    assert "queue_tasks_ready_idx" in shown and "queue_tasks_leased_idx" in shown, shown

@@ -1,7 +1,8 @@
 """Prepared statements (sql/db.py HOT_PATH): the statements every run repeats are prepared on
 a connection's first use of them and nothing else ever is; a column added by a migration
 while they are prepared does not break them; TICKWORK_PREPARED_STATEMENTS=false prepares
-nothing (for a pooler in transaction mode that does not track them)."""
+nothing (for a pooler in transaction mode that does not track them); a connection plans the
+claim once, not at every claim."""
 
 from __future__ import annotations
 
@@ -25,6 +26,11 @@ def queue(db_url: str, runs: int) -> None:
                          " now())", (run_id, tenant, agent))
             conn.execute("INSERT INTO queue_tasks (name, kind, execution_id)"
                          " VALUES (%s, 'run', %s)", (str(run_id), run_id))
+
+
+def agent_of(db_url: str):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        return make_agent(conn, make_tenant(conn))
 
 
 async def prepared_on(pool) -> list[str]:
@@ -67,7 +73,8 @@ async def test_a_connection_plans_the_claim_once_however_long_the_queue(db_url):
     """Postgres plans a prepared statement afresh for its first five executions, then keeps a
     generic plan if that is not dearer than the plans it made; the claim's must be kept even
     with thousands of tasks queued (its LIMIT was once estimated at a tenth of the queue, so
-    every claim was planned again: a sixth of the worker's statement time, bench/README.md)."""
+    every claim was planned again: a sixth of the claim's and the journal's time,
+    bench/README.md)."""
     queue_runs_at_once(db_url, agent_of(db_url), 3000)
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("ANALYZE queue_tasks")
@@ -83,8 +90,3 @@ async def test_a_connection_plans_the_claim_once_however_long_the_queue(db_url):
         assert plans == {"generic_plans": 5, "custom_plans": 5}
     finally:
         await pool.close()
-
-
-def agent_of(db_url: str):
-    with psycopg.connect(db_url, autocommit=True) as conn:
-        return make_agent(conn, make_tenant(conn))

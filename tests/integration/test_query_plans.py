@@ -8,6 +8,7 @@ import json
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from tests.factories import make_agent, make_tenant
 from tickwork.sql import QUERIES
@@ -101,7 +102,7 @@ def generic_plan(conn: psycopg.Connection, query: str, types: dict[str, str],
     conn.execute("SET plan_cache_mode = force_generic_plan")
     try:
         conn.execute(f"PREPARE generic ({', '.join(types.values())}) AS {text}")
-        arguments = ", ".join(psycopg.sql.Literal(values[name]).as_string(conn) for name in types)
+        arguments = ", ".join(sql.Literal(values[name]).as_string(conn) for name in types)
         rows = conn.execute(f"EXPLAIN (COSTS off) EXECUTE generic ({arguments})").fetchall()
         return "\n".join(row[0] for row in rows)
     finally:

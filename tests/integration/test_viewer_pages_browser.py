@@ -212,6 +212,26 @@ async def test_filters_narrow_the_runs_list_and_older_pages_follow_the_cursor(
         await no_violations(page)
 
 
+async def test_a_choice_made_just_after_clear_filters_is_the_only_filter(api, settings, pool, tokens):
+    alpha = (await create_agent(api, "alpha"))["id"]
+    await create_agent(api, "beta")
+
+    async with serving(create_app(settings, pool=pool)) as server, chromium_page() as page:
+        await open_viewer(page, server, tokens["acme"], "#/?status=failed")
+        await expect(page.locator("#filters select[name=agent] option", has_text="alpha")
+                     ).to_have_count(1)
+        # The click and the choice in one task: the page has not been redrawn for "#/" yet.
+        await page.evaluate("""agent => {
+            document.querySelector("#filters .clear").click();
+            const select = document.querySelector("#filters select[name=agent]");
+            select.value = agent;
+            select.dispatchEvent(new Event("change"));
+        }""", alpha)
+        await expect(page).to_have_url(re.compile(f"#/\\?agent={alpha}$"))
+        await expect(page.locator("#filters select[name=status]")).to_have_value("")
+        await expect(page.locator("#filters select[name=agent]")).to_have_value(alpha)
+
+
 # --- cancel -------------------------------------------------------------------------------------
 
 async def test_cancel_from_the_run_page_asks_first_and_ends_a_waiting_run(

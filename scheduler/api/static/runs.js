@@ -70,7 +70,10 @@ function filterForm(filters) {
     choice("agent", "agent", [["", "any"]]),
     choice("schedule", "schedule", [["", "any"]]),
     choice("since", "since", SINCE.map(([key, text]) => [key, text])),
-    el("a", {href: "#/", class: "clear", hidden: [...filters.keys()].length ? null : ""},
+    // The form is emptied at the click, not only when the new page is drawn, so a choice made
+    // before then is not added to the filters just cleared.
+    el("a", {href: "#/", class: "clear", hidden: [...filters.keys()].length ? null : "",
+      onclick() { for (const select of form.querySelectorAll("select")) select.value = ""; }},
       "clear filters"));
   function apply() {
     const chosen = new URLSearchParams();

@@ -3,6 +3,7 @@ headless Chromium under the page's Content-Security-Policy (no violation on any 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import timedelta
 
@@ -212,7 +213,8 @@ async def test_filters_narrow_the_runs_list_and_older_pages_follow_the_cursor(
         await no_violations(page)
 
 
-async def test_a_choice_made_just_after_clear_filters_is_the_only_filter(api, settings, pool, tokens):
+async def test_a_choice_made_just_after_clear_filters_is_the_only_filter(
+        api, settings, pool, tokens):
     alpha = (await create_agent(api, "alpha"))["id"]
     await create_agent(api, "beta")
 
@@ -230,6 +232,29 @@ async def test_a_choice_made_just_after_clear_filters_is_the_only_filter(api, se
         await expect(page).to_have_url(re.compile(f"#/\\?agent={alpha}$"))
         await expect(page.locator("#filters select[name=status]")).to_have_value("")
         await expect(page.locator("#filters select[name=agent]")).to_have_value(alpha)
+
+
+async def test_a_filter_chosen_before_the_agent_names_arrive_keeps_the_chosen_agent(
+        api, settings, pool, tokens):
+    alpha = (await create_agent(api, "alpha"))["id"]
+
+    async with serving(create_app(settings, pool=pool)) as server, chromium_page() as page:
+        await open_viewer(page, server, tokens["acme"])
+        names_may_come = asyncio.Event()
+
+        async def hold_the_names(route):
+            await names_may_come.wait()
+            await route.continue_()
+
+        await page.route(re.compile(r"/v1/agents\?"), hold_the_names)
+        await page.evaluate("h => { location.hash = h; }", f"#/?agent={alpha}")
+        await expect(page.locator("#filters select[name=agent]")).to_have_value(alpha)
+        await page.select_option("#filters select[name=status]", "failed")
+        await expect(page).to_have_url(re.compile(f"#/\\?status=failed&agent={alpha}$"))
+        names_may_come.set()
+        await expect(page.locator("#filters select[name=agent] option:checked")).to_have_text(
+            "alpha")
+        await expect(page.locator("#filters select[name=agent] option")).to_have_count(2)
 
 
 # --- cancel -------------------------------------------------------------------------------------

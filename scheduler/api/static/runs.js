@@ -65,10 +65,14 @@ function filterForm(filters) {
     el("span", {}, label),
     el("select", {name, onchange: apply}, ...options.map(([value, text]) =>
       el("option", {value, selected: filters.get(name) === value || null}, text))));
+  const chosenId = name => (filters.get(name) ? [[filters.get(name), shortId(filters.get(name))]]
+    : []);
   const form = el("form", {id: "filters", onsubmit: event => event.preventDefault()},
     choice("status", "status", [["", "any"], ...RUN_STATUSES.map(s => [s, s])]),
-    choice("agent", "agent", [["", "any"]]),
-    choice("schedule", "schedule", [["", "any"]]),
+    // The chosen agent and schedule are options at once (their names follow with fillChoices),
+    // so a filter changed before the names arrive keeps them.
+    choice("agent", "agent", [["", "any"], ...chosenId("agent")]),
+    choice("schedule", "schedule", [["", "any"], ...chosenId("schedule")]),
     choice("since", "since", SINCE.map(([key, text]) => [key, text])),
     // The form is emptied at the click, not only when the new page is drawn, so a choice made
     // before then is not added to the filters just cleared.
@@ -99,7 +103,7 @@ async function fillChoices(form, filters) {
     const select = form.querySelector(`select[name=${name}]`);
     const wanted = filters.get(name);
     if (wanted && !pairs.some(([value]) => value === wanted)) pairs.push([wanted, shortId(wanted)]);
-    select.append(...pairs.map(([value, text]) =>
+    select.replaceChildren(el("option", {value: ""}, "any"), ...pairs.map(([value, text]) =>
       el("option", {value, selected: value === wanted || null}, text)));
     select.value = wanted || "";
   }

@@ -216,7 +216,6 @@ async def test_filters_narrow_the_runs_list_and_older_pages_follow_the_cursor(
 async def test_a_choice_made_just_after_clear_filters_is_the_only_filter(
         api, settings, pool, tokens):
     alpha = (await create_agent(api, "alpha"))["id"]
-    await create_agent(api, "beta")
 
     async with serving(create_app(settings, pool=pool)) as server, chromium_page() as page:
         await open_viewer(page, server, tokens["acme"], "#/?status=failed")

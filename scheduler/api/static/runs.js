@@ -61,18 +61,15 @@ function runQuery(filters, cursor) {
 
 /** The filters as a form; a change goes to the URL (#/?status=failed…), so views can be shared. */
 function filterForm(filters) {
-  const choice = (name, label, options) => el("label", {},
+  const choice = (name, label, pairs) => el("label", {},
     el("span", {}, label),
-    el("select", {name, onchange: apply}, ...options.map(([value, text]) =>
-      el("option", {value, selected: filters.get(name) === value || null}, text))));
-  const chosenId = name => (filters.get(name) ? [[filters.get(name), shortId(filters.get(name))]]
-    : []);
+    el("select", {name, onchange: apply}, ...optionsOf(pairs, filters.get(name))));
   const form = el("form", {id: "filters", onsubmit: event => event.preventDefault()},
     choice("status", "status", [["", "any"], ...RUN_STATUSES.map(s => [s, s])]),
     // The chosen agent and schedule are options at once (their names follow with fillChoices),
     // so a filter changed before the names arrive keeps them.
-    choice("agent", "agent", [["", "any"], ...chosenId("agent")]),
-    choice("schedule", "schedule", [["", "any"], ...chosenId("schedule")]),
+    choice("agent", "agent", idChoices([], filters.get("agent"))),
+    choice("schedule", "schedule", idChoices([], filters.get("schedule"))),
     choice("since", "since", SINCE.map(([key, text]) => [key, text])),
     // The form is emptied at the click, not only when the new page is drawn, so a choice made
     // before then is not added to the filters just cleared.
@@ -102,11 +99,22 @@ async function fillChoices(form, filters) {
   for (const [name, pairs] of Object.entries(options)) {
     const select = form.querySelector(`select[name=${name}]`);
     const wanted = filters.get(name);
-    if (wanted && !pairs.some(([value]) => value === wanted)) pairs.push([wanted, shortId(wanted)]);
-    select.replaceChildren(el("option", {value: ""}, "any"), ...pairs.map(([value, text]) =>
-      el("option", {value, selected: value === wanted || null}, text)));
+    select.replaceChildren(...optionsOf(idChoices(pairs, wanted), wanted));
     select.value = wanted || "";
   }
+}
+
+/** An id filter's choices: any, the pairs, and the chosen id under its short form when the pairs
+ * lack it (names not loaded yet, or a deleted agent or schedule). */
+function idChoices(pairs, wanted) {
+  const missing = wanted && !pairs.some(([value]) => value === wanted);
+  return [["", "any"], ...pairs, ...(missing ? [[wanted, shortId(wanted)]] : [])];
+}
+
+/** <option>s for [value, text] pairs, the wanted value selected. */
+function optionsOf(pairs, wanted) {
+  return pairs.map(([value, text]) => el("option", {value, selected: value === wanted || null},
+    text));
 }
 
 async function pendingApprovals() {

@@ -1,14 +1,18 @@
 """Which events are queued for delivery, and with what data: the triggers of migration 0034,
-driven through real runs (a worker, the API's cancel, the stale sweep) on a real Postgres."""
+driven through real runs (a worker, the API's cancel, the stale sweep) and plain statements on
+a real Postgres."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from tickwork.scheduler.sweep import sweep_stale
-from tests.factories import create_agent, queue_run
+from tickwork.sql.ids import new_id
+from tests.factories import (create_agent, make_agent, make_tenant, queue_run,
+                             queue_runs_at_once)
 from tests.integration.test_honest_runs import done, paused_run
 from tests.integration.workers import running_worker, scalar, until
 from tickwork.worker.claim import claim_queued_runs
@@ -103,3 +107,51 @@ async def test_a_run_released_at_shutdown_is_not_reported_but_a_rolled_back_end_
                      " breadcrumb = 'released' WHERE id = %s", (run_id,))
         conn.commit()
     assert scalar(db_url, "SELECT count(*) FROM webhook_deliveries") == 0
+
+
+def test_one_statement_that_ends_many_runs_queues_each_reported_end_once(db_url):
+    """The worker ends a few dozen runs per statement: each run that entered a reported end
+    state is queued for its tenant's webhook, and nothing else is, whatever else the statement
+    changed; a run that ended before the webhook existed is not reported by a later update."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        hooked, quiet = make_tenant(conn), make_tenant(conn)
+        webhook_id = new_id()
+        conn.execute("INSERT INTO webhooks (id, tenant_id, url, events, secret)"
+                     " VALUES (%s, %s, 'https://example.com/hook', %s, 'k')",
+                     (webhook_id, hooked, ALL))
+        agents = make_agent(conn, hooked), make_agent(conn, quiet)
+    done_, paused, failed, released, cancelled, going = queue_runs_at_once(db_url, agents[0], 6)
+    others = queue_runs_at_once(db_url, agents[1], 2)
+    ends = {done_: ("completed", None), paused: ("completed", "suspended"),
+            failed: ("failed", None), released: ("failed", "released"),
+            cancelled: ("cancelled", None), going: ("running", None),
+            others[0]: ("completed", None), others[1]: ("failed", None)}
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE executions SET status = 'running'")  # a claim: nothing ended
+        assert queued(db_url) == []
+        conn.execute("UPDATE executions e SET status = v.status, breadcrumb = v.breadcrumb,"
+                     " usage = e.usage || '{\"model_calls\": 1}'"
+                     " FROM (SELECT * FROM jsonb_to_recordset(%s)"
+                     "       AS x(id uuid, status text, breadcrumb text)) v WHERE e.id = v.id",
+                     (Jsonb([{"id": str(run), "status": status, "breadcrumb": crumb}
+                             for run, (status, crumb) in ends.items()]),))
+        assert sorted((data["run_id"], kind) for _, kind, data in queued(db_url)) == sorted(
+            [(str(done_), "run.completed"), (str(failed), "run.failed"),
+             (str(cancelled), "run.cancelled")])
+        # The paused run resumes and completes: now it is reported, once.
+        conn.execute("UPDATE executions SET status = 'running', breadcrumb = NULL"
+                     " WHERE id = %s", (paused,))
+        conn.execute("UPDATE executions SET status = 'completed' WHERE id IN (%s, %s)",
+                     (paused, going))
+        # A run that ended before its tenant had a webhook is not reported by a later change
+        # that leaves its state as it is.
+        conn.execute("INSERT INTO webhooks (id, tenant_id, url, events, secret)"
+                     " VALUES (%s, %s, 'https://example.com/late', %s, 'k')",
+                     (new_id(), quiet, ALL))
+        conn.execute("UPDATE executions SET reason = 'noted' WHERE id = ANY (%s)", (others,))
+    reported = [(data["run_id"], kind) for _, kind, data in queued(db_url)]
+    assert sorted(reported) == sorted(
+        [(str(done_), "run.completed"), (str(failed), "run.failed"),
+         (str(cancelled), "run.cancelled"), (str(paused), "run.completed"),
+         (str(going), "run.completed")])
+    assert {webhook for webhook, _, _ in queued(db_url)} == {str(webhook_id)}

@@ -34,6 +34,14 @@ def make_agent(conn: psycopg.Connection, tenant_id: UUID, name: str = "reporter"
     return agent_id
 
 
+def make_webhook(conn: psycopg.Connection, tenant_id: UUID, events: list[str], *,
+                 url: str = "https://example.com/hook", secret: str = "s") -> UUID:
+    webhook_id = new_id()
+    conn.execute("INSERT INTO webhooks (id, tenant_id, url, events, secret)"
+                 " VALUES (%s, %s, %s, %s, %s)", (webhook_id, tenant_id, url, events, secret))
+    return webhook_id
+
+
 def queue_runs_at_once(db_url: str, agent_id: str | UUID, runs: int, *,
                        age: str = "0 seconds",
                        script: list | None = None) -> list[UUID]:

@@ -13,7 +13,7 @@ from tickwork.scheduler.api.tenant_scope import TenantConnection
 from tickwork.sql import QUERIES
 from tickwork.sql.db import connect, open_pool
 from tickwork.sql.ids import new_id
-from tests.factories import make_agent, make_tenant
+from tests.factories import make_agent, make_tenant, make_webhook
 from tests.integration.test_roles import granted  # noqa: F401  (the fixture)
 
 WALLED = ("agents", "schedules", "executions", "approvals", "skipped_fires", "webhooks")
@@ -33,9 +33,7 @@ def plant(conn: psycopg.Connection, tenant) -> None:
                  (str(new_id()), tenant, run))
     conn.execute("INSERT INTO skipped_fires (schedule_id, scheduled_for, tenant_id, reason)"
                  " VALUES (%s, now(), %s, 'overlap')", (schedule, tenant))
-    conn.execute("INSERT INTO webhooks (id, tenant_id, url, events, secret)"
-                 " VALUES (%s, %s, 'https://example.invalid/hook', '{run.failed}', 's')",
-                 (new_id(), tenant))
+    make_webhook(conn, tenant, ["run.failed"], url="https://example.invalid/hook")
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from tests.factories import make_webhook
 from tests.integration.api_checks import assert_error, fingerprint
 from tests.integration.test_roles import granted  # noqa: F401  (fixture)
 from tests.integration.workers import scalar
@@ -112,9 +113,7 @@ def test_only_the_deliverer_reads_secrets_and_nobody_else_queues_deliveries(gran
     with psycopg.connect(db_url, autocommit=True) as owner:
         tenant = owner.execute("INSERT INTO tenants (id, name) VALUES (gen_random_uuid(), 'a')"
                                " RETURNING id").fetchone()[0]
-        owner.execute("INSERT INTO webhooks (id, tenant_id, url, events, secret) VALUES"
-                      " (gen_random_uuid(), %s, 'https://x.test/', '{run.failed}', 'whsec_s')",
-                      (tenant,))
+        make_webhook(owner, tenant, ["run.failed"], url="https://x.test/", secret="whsec_s")
     with psycopg.connect(granted["tickwork_worker"], autocommit=True) as worker:
         assert worker.execute("SELECT secret FROM webhooks").fetchone() == ("whsec_s",)
     for role in ("tickwork_api", "tickwork_scheduler"):

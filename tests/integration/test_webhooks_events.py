@@ -10,8 +10,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from tickwork.scheduler.sweep import sweep_stale
-from tickwork.sql.ids import new_id
-from tests.factories import (create_agent, make_agent, make_tenant, queue_run,
+from tests.factories import (create_agent, make_agent, make_tenant, make_webhook, queue_run,
                              queue_runs_at_once)
 from tests.integration.test_honest_runs import done, paused_run
 from tests.integration.workers import running_worker, scalar, until
@@ -115,10 +114,7 @@ def test_one_statement_that_ends_many_runs_queues_each_reported_end_once(db_url)
     changed; a run that ended before the webhook existed is not reported by a later update."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         hooked, quiet = make_tenant(conn), make_tenant(conn)
-        webhook_id = new_id()
-        conn.execute("INSERT INTO webhooks (id, tenant_id, url, events, secret)"
-                     " VALUES (%s, %s, 'https://example.com/hook', %s, 'k')",
-                     (webhook_id, hooked, ALL))
+        webhook_id = make_webhook(conn, hooked, ALL)
         agents = make_agent(conn, hooked), make_agent(conn, quiet)
     done_, paused, failed, released, cancelled, going = queue_runs_at_once(db_url, agents[0], 6)
     others = queue_runs_at_once(db_url, agents[1], 2)
@@ -145,13 +141,11 @@ def test_one_statement_that_ends_many_runs_queues_each_reported_end_once(db_url)
                      (paused, going))
         # A run that ended before its tenant had a webhook is not reported by a later change
         # that leaves its state as it is.
-        conn.execute("INSERT INTO webhooks (id, tenant_id, url, events, secret)"
-                     " VALUES (%s, %s, 'https://example.com/late', %s, 'k')",
-                     (new_id(), quiet, ALL))
+        make_webhook(conn, quiet, ALL, url="https://example.com/late")
         conn.execute("UPDATE executions SET reason = 'noted' WHERE id = ANY (%s)", (others,))
-    reported = [(data["run_id"], kind) for _, kind, data in queued(db_url)]
-    assert sorted(reported) == sorted(
+    deliveries = queued(db_url)
+    assert sorted((data["run_id"], kind) for _, kind, data in deliveries) == sorted(
         [(str(done_), "run.completed"), (str(failed), "run.failed"),
          (str(cancelled), "run.cancelled"), (str(paused), "run.completed"),
          (str(going), "run.completed")])
-    assert {webhook for webhook, _, _ in queued(db_url)} == {str(webhook_id)}
+    assert {webhook for webhook, _, _ in deliveries} == {str(webhook_id)}

@@ -25,6 +25,7 @@ VERBS = {
     "update": "change rows (the noun says to what: update_execution_cancelled)",
     "delete": "remove rows (a retention batch included)",
     "listen": "LISTEN on a channel",
+    "hold": "take a session advisory lock, held until the session ends",
     "notify": "NOTIFY listeners on a channel, in a transaction of its own",
     "set": "set a setting for this transaction (set_config)",
 }

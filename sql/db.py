@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -207,15 +208,22 @@ class ReadRows:
 
 
 async def listen_forever(url: str, listen_query: str, *, application_name: str,
-                         wake: asyncio.Event, stop: asyncio.Event, lost_event: str) -> None:
+                         wake: asyncio.Event, stop: asyncio.Event, lost_event: str,
+                         on_connect: Callable[[psycopg.AsyncConnection], Awaitable[None]]
+                         | None = None) -> None:
     """LISTEN on a direct connection and set ``wake`` at every notification until ``stop``;
     re-establish it after any error (with a capped backoff). A notification only shortens a
-    wait: the caller polls anyway, so a lost listener delays work and never loses it."""
+    wait: the caller polls anyway, so a lost listener delays work and never loses it.
+    ``on_connect`` runs on each new connection first (a worker takes its presence lock there:
+    worker/presence.py). Once ``stop`` is set the connection is kept until the caller cancels
+    this, but not re-established."""
     delay = 0.5
     while not stop.is_set():
         try:
             conn = await connect(url, application_name=application_name)
             async with conn:
+                if on_connect is not None:
+                    await on_connect(conn)
                 await conn.execute(listen_query)
                 delay = 0.5
                 async for _ in conn.notifies():

@@ -59,6 +59,9 @@ BEGIN
         -- are queued inside fail_and_retry_executions (0041).
         GRANT SELECT, INSERT, UPDATE, DELETE ON queue_tasks TO tickwork_worker;
         GRANT SELECT, INSERT ON execution_claims TO tickwork_worker;
+        -- A resume names the worker that took the run back (claim_resumed_execution), for the
+        -- sweep's question whether that worker is still there (0064).
+        GRANT UPDATE (worker_id) ON execution_claims TO tickwork_worker;
         -- No INSERT on executions (RELIABILITY S4): the retry a worker's own deadline verdict
         -- or a release mints goes through fail_and_retry_executions (0041), the sweep's
         -- statement behind a door that takes no date (not the sweep's dated one). UPDATE only

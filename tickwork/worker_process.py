@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import socket
 
@@ -28,7 +29,9 @@ from tickwork.worker.webhooks.settings import WebhookSettings
 
 
 def worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Unique per process, even in a container restarted with the same hostname and pid 1:
+    the sweep asks whether the worker that held a run is still there (worker/presence.py)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 
 def worker_deps(pool: AsyncConnectionPool, settings: WorkerSettings, *,

@@ -103,15 +103,16 @@ async def lease_tasks(pool: AsyncConnectionPool, *, limit: int,
         return [LeasedTask(**row) for row in await cursor.fetchall()]
 
 
-async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID,
-                       task_name: str) -> ClaimedRun | None:
+async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID, task_name: str,
+                       worker_id: str) -> ClaimedRun | None:
     """Take a suspended run back to running with a fresh deadline; its saved state and the
     decision come back with it, and its agent as it is now. None: a duplicate resume (the
     run is no longer suspended), nothing to run."""
     async with pool.connection() as conn:
         async with conn.transaction():
             cursor = await conn.execute(QUERIES["claim_resumed_execution"], {
-                "execution_id": execution_id, "task_name": task_name, "run_token": new_id()})
+                "execution_id": execution_id, "task_name": task_name, "run_token": new_id(),
+                "worker_id": worker_id})
             row = await cursor.fetchone()
     if row is None:
         return None

@@ -48,7 +48,8 @@ async def run_claimed(run: ClaimedRun, deps: RunDeps,
 async def handle_task(task: LeasedTask, deps: RunDeps,
                       free_slot: Callable[[], None] = _no_slot) -> dict[str, Any]:
     """A leased resume task (the only kind leased): the suspended run back to running, once."""
-    run = await claim_resume(deps.pool, execution_id=task.execution_id, task_name=task.name)
+    run = await claim_resume(deps.pool, execution_id=task.execution_id, task_name=task.name,
+                             worker_id=deps.worker_id)
     if run is None:
         skipped = {"skipped": "duplicate resume"}
         log.info("delivery_skipped", execution_id=str(task.execution_id), **skipped)

@@ -35,6 +35,7 @@ from tickwork.sql.db import listen_forever
 from tickwork.worker.claim import ClaimedRun
 from tickwork.worker.claim_ahead import AheadSizer
 from tickwork.worker.claim_once_more import claim_queued_runs_once_more, lease_tasks_once_more
+from tickwork.worker.presence import hold_presence
 from tickwork.worker.run_delivery import handle_task, release_unstarted, run_claimed
 from tickwork.worker.run_wiring import RunDeps
 
@@ -78,9 +79,13 @@ class Worker:
         self.claimed_ahead = 0  # deliveries that waited for a slot, since the worker started
 
     async def run(self, stop: asyncio.Event) -> None:
+        # The listener's connection also holds the worker's presence (worker/presence.py),
+        # kept until the last run is handed on: the sweep must not take the runs of a worker
+        # in its grace period for runs lost with a dead one.
         listener = asyncio.create_task(listen_forever(
             self._url, QUERIES["listen_for_tasks"], application_name="tickwork-worker-listen",
-            wake=self._wake, stop=stop, lost_event="listener_lost"))
+            wake=self._wake, stop=stop, lost_event="listener_lost",
+            on_connect=lambda conn: hold_presence(conn, self.deps.worker_id)))
         stopping = asyncio.create_task(self._wake_on_stop(stop))
         log.info("worker_started", worker_id=self.deps.worker_id,
                  concurrency=self.deps.settings.concurrency)
@@ -92,13 +97,15 @@ class Worker:
                 if not self._claim_for_free_slots():
                     await self._idle()
         finally:
-            listener.cancel()
             stopping.cancel()
             # One grace period for both: the claims still out, then the runs in hand.
             grace = self.deps.settings.shutdown_grace_seconds
             deadline = asyncio.get_running_loop().time() + grace
-            await self._claims_answered(deadline)
-            await self._drain(deadline)
+            try:
+                await self._claims_answered(deadline)
+                await self._drain(deadline)
+            finally:
+                listener.cancel()
             log.info("worker_stopped", worker_id=self.deps.worker_id,
                      claimed_ahead=self.claimed_ahead)
 

@@ -74,3 +74,10 @@ SELECT
 -- The HTTP tick's retention (the API's role): one batch of everything above in one narrow
 -- function on the database clock (migrations 0029, 0037).
 SELECT retention_upkeep(%(days)s, %(limit)s) AS deleted;
+
+-- name: hold_worker_presence
+-- A worker's presence, held on its LISTEN connection for as long as the process lives: a
+-- session advisory lock that Postgres drops with the session, so the sweep can tell a run lost
+-- with its worker from a run that timed out (migration 0064). Never waits: false when another
+-- session holds it (a worker id given twice), and then the worker runs without one.
+SELECT pg_try_advisory_lock(%(key)s, hashtext(%(worker_id)s)) AS held;

@@ -173,13 +173,19 @@ SELECT e.id, e.tenant_id, e.agent_id, e.schedule_id, e.attempt, e.timeout_minute
 -- Take a suspended run back to running with a fresh deadline and run token, and drop the
 -- resume task; a second delivery of the same resume finds nothing suspended and does nothing.
 -- The saved state is consumed (deleted) by the claim that takes it: it holds the pending
--- call's real arguments, which must not stay at rest once the call is decided.
+-- call's real arguments, which must not stay at rest once the call is decided. The run's claim
+-- row names the worker that holds it now, for the sweep's question whether that worker is still
+-- there (worker/presence.py).
 WITH resumed AS (
     UPDATE executions e
        SET status = 'running', breadcrumb = NULL, run_token = %(run_token)s,
            deadline = now() + make_interval(mins => e.timeout_minutes)
      WHERE e.id = %(execution_id)s AND e.status = 'completed' AND e.breadcrumb = 'suspended'
     RETURNING e.*
+), held_by AS (
+    UPDATE execution_claims c SET worker_id = %(worker_id)s
+      FROM resumed r
+     WHERE c.execution_id = r.id
 ), dropped AS (
     DELETE FROM queue_tasks WHERE name = %(task_name)s
 ), consumed AS (

@@ -101,7 +101,8 @@ async def test_a_suspension_stores_usage_so_far_and_the_resumed_finish_the_whole
     assert (run["status"], run["breadcrumb"], run["usage"]) == ("completed", "suspended", so_far)
 
     assert (await api.post(f"/v1/approvals/{approval_id}/approve")).status_code == 200
-    claim = await claim_resume(pool, execution_id=UUID(run_id), task_name=approval_id)
+    claim = await claim_resume(pool, execution_id=UUID(run_id), task_name=approval_id,
+                               worker_id="test")
     assert claim is not None and claim.resume.status == "approved"
     resumed = RunJournal(pool, UUID(run_id), claim.run_token, next_seq=claim.next_seq)
     total = {"input_tokens": 1100, "output_tokens": 90, "model_calls": 2}
@@ -246,7 +247,8 @@ async def test_cancel_after_an_approval_drops_the_queued_resume_and_nothing_is_s
     assert scalar(db_url, "SELECT count(*) FROM queue_tasks") == 0
     assert scalar(db_url, "SELECT status FROM approvals") == "approved"  # decided before
     # A resume delivered anyway (it was leased before the cancel) finds nothing to resume.
-    assert await claim_resume(pool, execution_id=UUID(run_id), task_name=approval["id"]) is None
+    assert await claim_resume(pool, execution_id=UUID(run_id), task_name=approval["id"],
+                              worker_id="test") is None
     async with running_worker(pool, db_url):
         pass
     run = await run_json(api, run_id)

@@ -8,7 +8,9 @@ import pytest
 
 from tickwork.scheduler.sweep import sweep_once, sweep_stale
 from tickwork.scheduler.tick import run_tick
+from tickwork.sql import QUERIES
 from tickwork.sql.db import connect
+from tickwork.worker.presence import PRESENCE_KEY
 from tests.factories import make_agent, make_schedules, make_tenant
 
 UTC = timezone.utc
@@ -116,3 +118,83 @@ async def test_the_tick_runs_the_sweep(db_url, pool, settings):
     deadline = await running_executions(db_url, pool, settings, 4)
     outcome = await run_tick(pool, settings, now=deadline + timedelta(seconds=1))
     assert outcome.ok and outcome.sweep.failed == 4 and outcome.sweep.retried == 4
+
+
+def claimed_by(db_url: str, worker_id: str) -> None:
+    """Every execution's claim row names ``worker_id``, as a worker's claim writes it."""
+    with psycopg.connect(db_url) as conn:
+        conn.execute("INSERT INTO execution_claims (execution_id, worker_id)"
+                     " SELECT id, %s FROM executions", (worker_id,))
+
+
+def presence_held(url: str, worker_id: str) -> psycopg.Connection:
+    """A session holding ``worker_id``'s presence lock, as a live worker's LISTEN connection
+    does (worker/presence.py); the caller closes it."""
+    conn = psycopg.connect(url, autocommit=True)
+    held = conn.execute(QUERIES["hold_worker_presence"],
+                        {"key": PRESENCE_KEY, "worker_id": worker_id}).fetchone()[0]
+    assert held
+    return conn
+
+
+async def test_a_run_lost_with_its_worker_gets_its_attempt_back(db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 1, max_attempts=3, attempt=3)
+    claimed_by(db_url, "host:4242:dead")  # no session holds its presence: the worker is gone
+    result = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
+    assert (result.failed, result.retried) == (1, 1)
+    [(old_id, status, outcome, reason)] = rows(
+        db_url, "SELECT id, status, outcome, reason FROM executions WHERE retry_of IS NULL")
+    assert (status, outcome) == ("failed", "timed_out")
+    assert reason.startswith("timed_out: its worker (host:4242:dead) was gone")
+    assert "not counted (1 of 5 given back" in reason
+    assert rows(db_url, "SELECT attempt, max_attempts, workers_lost, status FROM executions"
+                        " WHERE retry_of = %s", (old_id,)) == [(4, 4, 1, "queued")]
+    assert rows(db_url, "SELECT payload->>'by', payload->'worker_lost' FROM run_events"
+                        " WHERE execution_id = %s AND type = 'run_complete'",
+                (old_id,)) == [("sweep", True)]
+
+
+async def test_a_run_of_a_worker_still_present_counts_its_attempt(db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 1, max_attempts=3, attempt=3)
+    claimed_by(db_url, "host:4242:alive")
+    with presence_held(db_url, "host:4242:alive"):
+        result = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
+    assert (result.failed, result.retried) == (1, 0)
+    [(reason,)] = rows(db_url, "SELECT reason FROM executions")
+    assert reason == "timed_out: no result within 1 minutes (attempt 3 of 3)"
+    assert rows(db_url, "SELECT payload ? 'worker_lost' FROM run_events"
+                        " WHERE type = 'run_complete'") == [(False,)]
+
+
+async def test_a_presence_held_in_another_database_does_not_count(db_url, pool, settings,
+                                                                  pg_server_url):
+    deadline = await running_executions(db_url, pool, settings, 1, max_attempts=3, attempt=3)
+    claimed_by(db_url, "host:4242:elsewhere")
+    with presence_held(pg_server_url, "host:4242:elsewhere"):
+        result = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
+    assert (result.failed, result.retried) == (1, 1)
+
+
+async def test_a_chain_gets_at_most_five_attempts_back_from_lost_workers(db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 2, max_attempts=3, attempt=3)
+    claimed_by(db_url, "host:4242:dead")
+    with psycopg.connect(db_url) as conn:  # one run has had 5 attempts back, the other 4
+        conn.execute("UPDATE executions SET workers_lost = 5"
+                     " WHERE id = (SELECT id FROM executions ORDER BY id LIMIT 1)")
+        conn.execute("UPDATE executions SET workers_lost = 4 WHERE workers_lost = 0")
+    result = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
+    assert (result.failed, result.retried) == (2, 1)
+    assert rows(db_url, "SELECT p.workers_lost, p.reason LIKE '%%(attempt 3 of 3)', r.attempt,"
+                        " r.max_attempts, r.workers_lost FROM executions p"
+                        " LEFT JOIN executions r ON r.retry_of = p.id"
+                        " WHERE p.retry_of IS NULL ORDER BY p.workers_lost") == [
+        (4, False, 4, 4, 5), (5, True, None, None, None)]
+
+
+async def test_a_run_lost_with_its_worker_before_its_last_attempt_keeps_its_count(
+        db_url, pool, settings):
+    deadline = await running_executions(db_url, pool, settings, 1, max_attempts=3, attempt=1)
+    claimed_by(db_url, "host:4242:dead")
+    await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
+    assert rows(db_url, "SELECT attempt, max_attempts, workers_lost FROM executions"
+                        " WHERE retry_of IS NOT NULL") == [(2, 4, 1)]

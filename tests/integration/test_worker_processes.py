@@ -19,6 +19,7 @@ from tickwork.sql.db import connect
 from tickwork.sql.migrate import migrate
 from tests.factories import make_agent, make_tenant
 from tests.integration.workers import WorkerProcess, scalar, until
+from tickwork.worker.presence import PRESENCE_KEY
 from tickwork.worker.tools.publish import publish_catalog
 
 
@@ -55,6 +56,24 @@ def journal_types(db_url: str, run_id: str) -> list[tuple[int, str]]:
                             (run_id,)).fetchall()
 
 
+def at_last_attempt(db_url: str, run_ids: list[str]) -> None:
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE executions SET attempt = max_attempts WHERE id = ANY(%s::uuid[])",
+                     (run_ids,))
+
+
+# Whether the worker named in a run's run_start holds its presence lock now.
+PRESENCE_OF_WORKER_HOLDING = """
+    SELECT EXISTS (SELECT 1 FROM pg_locks l, run_events r
+                    WHERE r.execution_id = %s AND r.seq = 1 AND l.locktype = 'advisory'
+                      AND l.granted AND l.classid = %s::oid AND l.objsubid = 2
+                      AND l.objid = hashtext(r.payload->>'worker_id')::oid)"""
+
+
+def presence_of_worker_holding(db_url: str, run_id: str) -> bool:
+    return scalar(db_url, PRESENCE_OF_WORKER_HOLDING, (run_id, PRESENCE_KEY))
+
+
 async def test_a_worker_killed_mid_run_is_swept_and_its_retry_runs_once(db_url, pool):
     script = [{"tool_calls": [{"name": "demo.send_message",
                                "arguments": {"recipient": "ops", "text": "report"}}]},
@@ -64,6 +83,7 @@ async def test_a_worker_killed_mid_run_is_swept_and_its_retry_runs_once(db_url, 
         "run.after_tool_effect_before_tool_complete=sleep:600000"))
     await until(db_url, "SELECT count(*) = 1 FROM demo_outbox")
     stuck.kill()  # SIGKILL between the tool's effect and its tool_complete
+    await until(db_url, f"SELECT NOT ({PRESENCE_OF_WORKER_HOLDING})", (run_id, PRESENCE_KEY))
     deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
     swept = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
     assert (swept.failed, swept.retried) == (1, 1)
@@ -73,8 +93,12 @@ async def test_a_worker_killed_mid_run_is_swept_and_its_retry_runs_once(db_url, 
     assert fresh.terminate() == 0
     assert scalar(db_url, "SELECT status || '/' || outcome FROM executions WHERE id = %s",
                   (run_id,)) == "failed/timed_out"
+    # Its worker's presence went with the process: the attempt is given back (migration 0064).
+    assert "was gone" in scalar(db_url, "SELECT reason FROM executions WHERE id = %s", (run_id,))
     retry = scalar(db_url, "SELECT id FROM executions WHERE retry_of = %s", (run_id,))
     assert str(retry) != run_id
+    assert scalar(db_url, "SELECT r.max_attempts - p.max_attempts FROM executions r"
+                          " JOIN executions p ON p.id = r.retry_of WHERE r.id = %s", (retry,)) == 1
     killed = journal_types(db_url, run_id)
     assert [seq for seq, _ in killed] == list(range(1, len(killed) + 1))  # no gap
     assert killed[0][1] == "run_start" and killed[-1][1] == "run_complete"
@@ -83,6 +107,48 @@ async def test_a_worker_killed_mid_run_is_swept_and_its_retry_runs_once(db_url, 
     # The one duplicated effect R2 predicts for a kill at exactly this point, and no other.
     assert scalar(db_url, "SELECT count(*) FROM demo_outbox") == 2
     assert scalar(db_url, "SELECT count(DISTINCT execution_id) FROM demo_outbox") == 2
+
+
+async def test_a_run_lost_with_its_killed_worker_is_retried_even_at_its_last_attempt(db_url, pool):
+    [run_id] = await queue_runs(db_url, [{"sleep": 600}, {"text": "never"}])
+    at_last_attempt(db_url, [run_id])
+    doomed = WorkerProcess(db_url)
+    await until(db_url, "SELECT count(*) = 1 FROM run_events WHERE type = 'run_start'")
+    assert presence_of_worker_holding(db_url, run_id)
+    doomed.kill()  # its backends end as they read the closed socket: waited for, not assumed
+    await until(db_url, f"SELECT NOT ({PRESENCE_OF_WORKER_HOLDING})", (run_id, PRESENCE_KEY))
+    deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
+    swept = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
+    assert (swept.failed, swept.retried) == (1, 1)
+    assert scalar(db_url, "SELECT attempt = max_attempts AND workers_lost = 1 FROM executions"
+                          " WHERE retry_of = %s", (run_id,))
+
+
+async def test_a_run_of_a_live_worker_past_its_deadline_counts_its_attempt(db_url, pool):
+    [run_id] = await queue_runs(db_url, [{"sleep": 600}, {"text": "never"}])
+    at_last_attempt(db_url, [run_id])
+    alive = WorkerProcess(db_url)
+    await until(db_url, "SELECT count(*) = 1 FROM run_events WHERE type = 'run_start'")
+    deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
+    swept = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
+    assert (swept.failed, swept.retried) == (1, 0)  # the agent's own timeout: no attempt left
+    assert scalar(db_url, "SELECT reason FROM executions WHERE id = %s", (run_id,)).endswith(
+        "(attempt 3 of 3)")
+    assert alive.terminate() == 0
+
+
+async def test_a_stopping_worker_keeps_its_presence_through_the_grace_period(db_url):
+    [quick] = await queue_runs(db_url, [{"sleep": 1}, {"text": "quick"}])
+    [slow] = await queue_runs(db_url, [{"sleep": 600}, {"text": "never"}])
+    worker = WorkerProcess(db_url, concurrency=2, TICKWORK_SHUTDOWN_GRACE_SECONDS="60")
+    await until(db_url, "SELECT count(*) = 2 FROM run_events WHERE type = 'run_start'")
+    worker.process.terminate()
+    # The quick run ends inside the grace period, while the slow one still runs.
+    await until(db_url, "SELECT status = 'completed' FROM executions WHERE id = %s", (quick,))
+    assert worker.process.poll() is None
+    assert presence_of_worker_holding(db_url, slow)
+    worker.process.kill()
+    worker.process.wait(timeout=30)
 
 
 async def test_sigterm_lets_runs_finish_within_the_grace_period_then_releases_the_rest(db_url):
@@ -148,7 +214,8 @@ async def test_r10_a_deploy_mid_model_call_and_mid_tool_loses_no_run_and_cancels
             "SELECT DISTINCT payload->>'worker_id' FROM run_events r JOIN executions e"
             " ON e.id = r.execution_id WHERE r.type = 'run_start' AND e.retry_of IS NOT NULL"
             ).fetchall()
-        assert workers == [(f"{socket.gethostname()}:{b.process.pid}",)]
+        [(worker_b,)] = workers  # host:pid:random (tickwork.worker_process.worker_id)
+        assert worker_b.startswith(f"{socket.gethostname()}:{b.process.pid}:")
         assert conn.execute("SELECT status, breadcrumb FROM executions WHERE id = %s",
                             (waiting,)).fetchone() == ("completed", "suspended")
         assert conn.execute("SELECT status FROM approvals WHERE execution_id = %s",

@@ -84,8 +84,10 @@ SELECT status, coalesce(outcome, '-') AS outcome, coalesce(breadcrumb, '-') AS b
   FROM executions GROUP BY 1, 2, 3 ORDER BY 4 DESC
 """
 
+# Grouped without what names one run (the retry's id, the worker that was gone).
 FAILED_REASONS = """
-SELECT left(coalesce(reason, '-'), 160) AS reason, count(*)
+SELECT left(regexp_replace(split_part(coalesce(reason, '-'), ';', 1),
+                           ' [(][^)]*:[0-9]+:[0-9a-f]+[)]', ''), 160) AS reason, count(*)
   FROM executions WHERE status = 'failed' GROUP BY 1 ORDER BY 2 DESC LIMIT 8
 """
 

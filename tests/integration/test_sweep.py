@@ -2,6 +2,7 @@
 
 import asyncio
 from datetime import datetime, timedelta, timezone
+from uuid import UUID
 
 import psycopg
 import pytest
@@ -10,8 +11,10 @@ from tickwork.scheduler.sweep import sweep_once, sweep_stale
 from tickwork.scheduler.tick import run_tick
 from tickwork.sql import QUERIES
 from tickwork.sql.db import connect
+from tickwork.worker.claim import claim_resume
 from tickwork.worker.presence import PRESENCE_KEY
 from tests.factories import make_agent, make_schedules, make_tenant
+from tests.integration.test_run_control import start_by_hand
 
 UTC = timezone.utc
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -198,3 +201,23 @@ async def test_a_run_lost_with_its_worker_before_its_last_attempt_keeps_its_coun
     await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
     assert rows(db_url, "SELECT attempt, max_attempts, workers_lost FROM executions"
                         " WHERE retry_of IS NOT NULL") == [(2, 4, 1)]
+
+
+async def test_a_resumed_run_is_held_by_the_worker_that_resumed_it(api, db_url, pool):
+    """The claim row names the worker that took the run back after its approval, so the sweep
+    asks about that worker, not the one that first claimed the run (it may be alive)."""
+    run_id, journal = await start_by_hand(api, pool)  # claimed by worker "test"
+    approval_id = f"{run_id}:call-1"
+    journal.emit("approval_required", {"approval_id": approval_id}, parent=1)
+    await journal.suspend(state={"messages": []}, version=1, approval_id=approval_id,
+                          tool_call_id="call-1", tool="demo.send_message",
+                          arguments={"recipient": "ops", "text": "hi"}, usage=None)
+    assert (await api.post(f"/v1/approvals/{approval_id}/approve")).status_code == 200
+    with presence_held(db_url, "test"):  # the first claimer is still there
+        assert await claim_resume(pool, execution_id=UUID(run_id), task_name=approval_id,
+                                  worker_id="host:4242:resumer") is not None
+        assert rows(db_url, "SELECT worker_id FROM execution_claims") == [("host:4242:resumer",)]
+        [(deadline,)] = rows(db_url, "SELECT deadline FROM executions")
+        await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
+    [(reason,)] = rows(db_url, "SELECT reason FROM executions WHERE id = %s", (run_id,))
+    assert reason.startswith("timed_out: its worker (host:4242:resumer) was gone")

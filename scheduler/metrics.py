@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 from psycopg import AsyncConnection
 
 from tickwork.sql import QUERIES
+from tickwork.sql.presence import PRESENCE_KEY
 
 TICK_DURATION = Histogram("tickwork_tick_duration_seconds", "Duration of one whole tick.")
 TICK_FAILURES = Counter("tickwork_tick_failures_total", "Ticks that failed (never retried).")
@@ -34,6 +35,8 @@ _SCALAR_GAUGES = {
     "oldest_transaction_age_seconds": "Age of the oldest open transaction of a client session "
                                       "on this database (0 when none); long ones hold back "
                                       "vacuum of the queue and journal tables.",
+    "workers_present": "Worker processes connected to this database and holding their "
+                       "presence lock (a killed worker's goes with its session).",
 }
 # The SQL column for due lag keeps its unit last; the metric name puts _max last.
 _METRIC_NAMES = {"due_lag_max_seconds": "tickwork_due_lag_seconds_max"}
@@ -51,7 +54,8 @@ class DatabaseSnapshot:
 
 async def read_snapshot(conn: AsyncConnection, *, sse_subscribers: int = 0) -> DatabaseSnapshot:
     """Run the scrape's three queries (each cheap: see sql/queries/metrics.sql)."""
-    row = await (await conn.execute(QUERIES["get_metric_gauges"])).fetchone()
+    row = await (await conn.execute(QUERIES["get_metric_gauges"],
+                                    {"presence_key": PRESENCE_KEY})).fetchone()
     executions = await (await conn.execute(QUERIES["count_executions_by_state"])).fetchall()
     journal = await (await conn.execute(QUERIES["count_recent_refusals_and_verdicts"])).fetchall()
     return DatabaseSnapshot(gauges={name: float(row[name]) for name in _SCALAR_GAUGES},

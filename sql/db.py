@@ -215,7 +215,7 @@ async def listen_forever(url: str, listen_query: str, *, application_name: str,
     re-establish it after any error (with a capped backoff). A notification only shortens a
     wait: the caller polls anyway, so a lost listener delays work and never loses it.
     ``on_connect`` runs on each new connection first (a worker takes its presence lock there:
-    worker/presence.py). Once ``stop`` is set the connection is kept until the caller cancels
+    sql/presence.py). Once ``stop`` is set the connection is kept until the caller cancels
     this, but not re-established."""
     delay = 0.5
     while not stop.is_set():

@@ -30,7 +30,7 @@ from tickwork.worker.webhooks.settings import WebhookSettings
 
 def worker_id() -> str:
     """Unique per process, even in a container restarted with the same hostname and pid 1:
-    the sweep asks whether the worker that held a run is still there (worker/presence.py)."""
+    the sweep asks whether the worker that held a run is still there (sql/presence.py)."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
 

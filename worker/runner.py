@@ -35,7 +35,7 @@ from tickwork.sql.db import listen_forever
 from tickwork.worker.claim import ClaimedRun
 from tickwork.worker.claim_ahead import AheadSizer
 from tickwork.worker.claim_once_more import claim_queued_runs_once_more, lease_tasks_once_more
-from tickwork.worker.presence import hold_presence
+from tickwork.sql.presence import hold_presence
 from tickwork.worker.run_delivery import handle_task, release_unstarted, run_claimed
 from tickwork.worker.run_wiring import RunDeps
 
@@ -79,7 +79,7 @@ class Worker:
         self.claimed_ahead = 0  # deliveries that waited for a slot, since the worker started
 
     async def run(self, stop: asyncio.Event) -> None:
-        # The listener's connection also holds the worker's presence (worker/presence.py),
+        # The listener's connection also holds the worker's presence (sql/presence.py),
         # kept until the last run is handed on: the sweep must not take the runs of a worker
         # in its grace period for runs lost with a dead one.
         listener = asyncio.create_task(listen_forever(

@@ -7,7 +7,7 @@
 -- way, the same group of runs claimed together three times by a worker killed the next second.
 --
 -- How the sweep knows the worker is gone: every worker process holds, on its LISTEN connection,
--- a session advisory lock keyed on its worker id (worker/presence.py, query
+-- a session advisory lock keyed on its worker id (sql/presence.py, query
 -- hold_worker_presence: key 1953064811, hashtext(worker_id)). The kernel closes a dead
 -- process's sockets and Postgres drops its locks with its session. A run whose claim names a
 -- worker holding no such lock in this database was lost with its worker. A live worker judges
@@ -28,7 +28,7 @@ CREATE OR REPLACE FUNCTION fail_and_retry_executions(ids uuid[], released boolea
 RETURNS TABLE (failed_id uuid, retry_id uuid)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-    presence_key constant integer := 1953064811;  -- worker/presence.py PRESENCE_KEY
+    presence_key constant integer := 1953064811;  -- sql/presence.py PRESENCE_KEY
     attempts_given_back constant integer := 5;
 BEGIN
     IF released AND fence IS NULL THEN

@@ -175,7 +175,7 @@ SELECT e.id, e.tenant_id, e.agent_id, e.schedule_id, e.attempt, e.timeout_minute
 -- The saved state is consumed (deleted) by the claim that takes it: it holds the pending
 -- call's real arguments, which must not stay at rest once the call is decided. The run's claim
 -- row names the worker that holds it now, for the sweep's question whether that worker is still
--- there (worker/presence.py).
+-- there (sql/presence.py).
 WITH resumed AS (
     UPDATE executions e
        SET status = 'running', breadcrumb = NULL, run_token = %(run_token)s,

@@ -12,11 +12,14 @@ import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
 from tickwork.scheduler.api.app import create_app
+from tickwork.sql.db import connect
 from tickwork.sql.ids import new_id
+from tickwork.sql.presence import hold_presence
 
 DB_GAUGES = ["tickwork_queue_depth", "tickwork_queue_oldest_age_seconds",
              "tickwork_approvals_pending", "tickwork_due_lag_seconds_max",
-             "tickwork_oldest_transaction_age_seconds", "tickwork_sse_subscribers"]
+             "tickwork_oldest_transaction_age_seconds", "tickwork_workers_present",
+             "tickwork_sse_subscribers"]
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -204,6 +207,23 @@ async def test_the_oldest_open_transaction_is_reported(api, db_url):
         await holder.rollback()
     assert 0 < before <= gauge(families, "tickwork_oldest_transaction_age_seconds") <= after
     assert gauge(await scrape(api), "tickwork_oldest_transaction_age_seconds") == 0
+
+
+async def test_workers_present_counts_the_presence_locks_held_on_this_database(api, db_url,
+                                                                             pg_server_url):
+    assert gauge(await scrape(api), "tickwork_workers_present") == 0
+    held = []
+    for url, worker_id in ((db_url, "host:1:a"), (db_url, "host:2:b"), (pg_server_url, "host:3:c")):
+        conn = await connect(url, application_name="tickwork-test-presence")
+        await hold_presence(conn, worker_id)
+        held.append(conn)
+    assert gauge(await scrape(api), "tickwork_workers_present") == 2  # not the other database's
+    with psycopg.connect(db_url, autocommit=True) as admin:  # a worker's session ends (and
+        # pg_terminate_backend waits for it): its presence goes with it
+        admin.execute("SELECT pg_terminate_backend(%s, 10000)", (held[0].info.backend_pid,))
+    assert gauge(await scrape(api), "tickwork_workers_present") == 1
+    for conn in held:
+        await conn.close()
 
 
 async def test_metrics_span_every_tenant_so_a_tenant_token_even_an_admin_gets_403(api):

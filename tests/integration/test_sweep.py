@@ -12,7 +12,7 @@ from tickwork.scheduler.tick import run_tick
 from tickwork.sql import QUERIES
 from tickwork.sql.db import connect
 from tickwork.worker.claim import claim_resume
-from tickwork.worker.presence import PRESENCE_KEY
+from tickwork.sql.presence import PRESENCE_KEY
 from tests.factories import make_agent, make_schedules, make_tenant
 from tests.integration.test_run_control import start_by_hand
 
@@ -132,7 +132,7 @@ def claimed_by(db_url: str, worker_id: str) -> None:
 
 def presence_held(url: str, worker_id: str) -> psycopg.Connection:
     """A session holding ``worker_id``'s presence lock, as a live worker's LISTEN connection
-    does (worker/presence.py); the caller closes it."""
+    does (sql/presence.py); the caller closes it."""
     conn = psycopg.connect(url, autocommit=True)
     held = conn.execute(QUERIES["hold_worker_presence"],
                         {"key": PRESENCE_KEY, "worker_id": worker_id}).fetchone()[0]

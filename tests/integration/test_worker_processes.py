@@ -19,7 +19,7 @@ from tickwork.sql.db import connect
 from tickwork.sql.migrate import migrate
 from tests.factories import make_agent, make_tenant
 from tests.integration.workers import WorkerProcess, scalar, until
-from tickwork.worker.presence import PRESENCE_KEY
+from tickwork.sql.presence import PRESENCE_KEY
 from tickwork.worker.tools.publish import publish_catalog
 
 

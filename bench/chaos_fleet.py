@@ -63,6 +63,9 @@ class Fleet:
                 say(f"  t+{elapsed:5.1f}s  {name} EXITED on its own ({code}); see "
                     f"{proc.log_path}; started again")
                 proc._log.close()
+                # Its last words, here: the folder with the logs goes when the soak passes.
+                for line in proc.log_path.read_text(errors="replace").splitlines()[-6:]:
+                    say(f"      | {line[:300]}")
                 self.start(name)
 
     def stop_all(self) -> None:

@@ -32,10 +32,10 @@ import structlog
 
 from tickwork.sql import QUERIES
 from tickwork.sql.db import listen_forever
+from tickwork.sql.presence import hold_presence
 from tickwork.worker.claim import ClaimedRun
 from tickwork.worker.claim_ahead import AheadSizer
 from tickwork.worker.claim_once_more import claim_queued_runs_once_more, lease_tasks_once_more
-from tickwork.sql.presence import hold_presence
 from tickwork.worker.run_delivery import handle_task, release_unstarted, run_claimed
 from tickwork.worker.run_wiring import RunDeps
 

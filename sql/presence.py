@@ -10,7 +10,9 @@ times in a chain) instead of counting it against the agent's max_attempts.
 The lock only ever gives attempts back, so being wrong about it is cheap: a live worker whose
 LISTEN connection is reconnecting looks gone for a moment (a run of it swept at its deadline
 then gets one more attempt), and a worker that could not take its lock (an id given twice)
-looks present (its lost runs count, as they did before presence)."""
+looks present (its lost runs count, as they did before presence). The lock is taken as the
+LISTEN connection opens, which a new worker's first claim may beat by a few milliseconds; the
+worker does not wait for it, because the listener is a hint its claims never depend on."""
 
 from __future__ import annotations
 

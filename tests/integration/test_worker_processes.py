@@ -114,7 +114,9 @@ async def test_a_run_lost_with_its_killed_worker_is_retried_even_at_its_last_att
     at_last_attempt(db_url, [run_id])
     doomed = WorkerProcess(db_url)
     await until(db_url, "SELECT count(*) = 1 FROM run_events WHERE type = 'run_start'")
-    assert presence_of_worker_holding(db_url, run_id)
+    # The worker takes its presence as its LISTEN connection opens, which its first claim may
+    # beat by a few milliseconds.
+    await until(db_url, PRESENCE_OF_WORKER_HOLDING, (run_id, PRESENCE_KEY))
     doomed.kill()  # its backends end as they read the closed socket: waited for, not assumed
     await until(db_url, f"SELECT NOT ({PRESENCE_OF_WORKER_HOLDING})", (run_id, PRESENCE_KEY))
     deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
@@ -129,6 +131,7 @@ async def test_a_run_of_a_live_worker_past_its_deadline_counts_its_attempt(db_ur
     at_last_attempt(db_url, [run_id])
     alive = WorkerProcess(db_url)
     await until(db_url, "SELECT count(*) = 1 FROM run_events WHERE type = 'run_start'")
+    await until(db_url, PRESENCE_OF_WORKER_HOLDING, (run_id, PRESENCE_KEY))
     deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
     swept = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
     assert (swept.failed, swept.retried) == (1, 0)  # the agent's own timeout: no attempt left
@@ -142,6 +145,7 @@ async def test_a_stopping_worker_keeps_its_presence_through_the_grace_period(db_
     [slow] = await queue_runs(db_url, [{"sleep": 600}, {"text": "never"}])
     worker = WorkerProcess(db_url, concurrency=2, TICKWORK_SHUTDOWN_GRACE_SECONDS="60")
     await until(db_url, "SELECT count(*) = 2 FROM run_events WHERE type = 'run_start'")
+    await until(db_url, PRESENCE_OF_WORKER_HOLDING, (slow, PRESENCE_KEY))
     worker.process.terminate()
     # The quick run ends inside the grace period, while the slow one still runs.
     await until(db_url, "SELECT status = 'completed' FROM executions WHERE id = %s", (quick,))

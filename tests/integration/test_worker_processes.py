@@ -109,14 +109,20 @@ async def test_a_worker_killed_mid_run_is_swept_and_its_retry_runs_once(db_url, 
     assert scalar(db_url, "SELECT count(DISTINCT execution_id) FROM demo_outbox") == 2
 
 
-async def test_a_run_lost_with_its_killed_worker_is_retried_even_at_its_last_attempt(db_url, pool):
+async def worker_on_a_last_attempt(db_url: str) -> tuple[str, WorkerProcess]:
+    """A `tickwork worker` holding one long run at its last attempt, with its presence taken."""
     [run_id] = await queue_runs(db_url, [{"sleep": 600}, {"text": "never"}])
     at_last_attempt(db_url, [run_id])
-    doomed = WorkerProcess(db_url)
+    worker = WorkerProcess(db_url)
     await until(db_url, "SELECT count(*) = 1 FROM run_events WHERE type = 'run_start'")
     # The worker takes its presence as its LISTEN connection opens, which its first claim may
     # beat by a few milliseconds.
     await until(db_url, PRESENCE_OF_WORKER_HOLDING, (run_id, PRESENCE_KEY))
+    return run_id, worker
+
+
+async def test_a_run_lost_with_its_killed_worker_is_retried_even_at_its_last_attempt(db_url, pool):
+    run_id, doomed = await worker_on_a_last_attempt(db_url)
     doomed.kill()  # its backends end as they read the closed socket: waited for, not assumed
     await until(db_url, f"SELECT NOT ({PRESENCE_OF_WORKER_HOLDING})", (run_id, PRESENCE_KEY))
     deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
@@ -127,11 +133,7 @@ async def test_a_run_lost_with_its_killed_worker_is_retried_even_at_its_last_att
 
 
 async def test_a_run_of_a_live_worker_past_its_deadline_counts_its_attempt(db_url, pool):
-    [run_id] = await queue_runs(db_url, [{"sleep": 600}, {"text": "never"}])
-    at_last_attempt(db_url, [run_id])
-    alive = WorkerProcess(db_url)
-    await until(db_url, "SELECT count(*) = 1 FROM run_events WHERE type = 'run_start'")
-    await until(db_url, PRESENCE_OF_WORKER_HOLDING, (run_id, PRESENCE_KEY))
+    run_id, alive = await worker_on_a_last_attempt(db_url)
     deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
     swept = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
     assert (swept.failed, swept.retried) == (1, 0)  # the agent's own timeout: no attempt left

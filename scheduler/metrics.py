@@ -18,7 +18,6 @@ from prometheus_client.registry import Collector
 from psycopg import AsyncConnection
 
 from tickwork.sql import QUERIES
-from tickwork.sql.presence import PRESENCE_KEY
 
 TICK_DURATION = Histogram("tickwork_tick_duration_seconds", "Duration of one whole tick.")
 TICK_FAILURES = Counter("tickwork_tick_failures_total", "Ticks that failed (never retried).")
@@ -54,8 +53,7 @@ class DatabaseSnapshot:
 
 async def read_snapshot(conn: AsyncConnection, *, sse_subscribers: int = 0) -> DatabaseSnapshot:
     """Run the scrape's three queries (each cheap: see sql/queries/metrics.sql)."""
-    row = await (await conn.execute(QUERIES["get_metric_gauges"],
-                                    {"presence_key": PRESENCE_KEY})).fetchone()
+    row = await (await conn.execute(QUERIES["get_metric_gauges"])).fetchone()
     executions = await (await conn.execute(QUERIES["count_executions_by_state"])).fetchall()
     journal = await (await conn.execute(QUERIES["count_recent_refusals_and_verdicts"])).fetchall()
     return DatabaseSnapshot(gauges={name: float(row[name]) for name in _SCALAR_GAUGES},

@@ -102,6 +102,8 @@ BEGIN
         -- The journal is read-only to the API: a cancel's terminal event goes through
         -- journal_run_complete (0029).
         GRANT SELECT ON tenants, api_tokens, tool_catalog, run_events TO tickwork_api;
+        -- /metrics counts the workers present (0064).
+        GRANT SELECT ON worker_presences TO tickwork_api;
         -- A token's last use (about once a minute) and its revocation (DELETE /v1/tokens/{id});
         -- creating tenants and tokens stays with the owner (`tickwork token create`).
         GRANT UPDATE (last_used_at, revoked_at) ON api_tokens TO tickwork_api;

@@ -22,7 +22,7 @@ import structlog
 from tickwork.sql import QUERIES
 
 log = structlog.get_logger()
-PRESENCE_KEY = 1953064811  # "tick"; fail_and_retry_executions (0064) reads the same key
+PRESENCE_KEY = 1953064811  # "tick"; the view worker_presences (0064) reads the same key
 
 
 async def hold_presence(conn: psycopg.AsyncConnection, worker_id: str) -> None:

@@ -23,12 +23,21 @@
 -- after that a lost attempt counts like any other timeout.
 ALTER TABLE executions ADD COLUMN workers_lost smallint NOT NULL DEFAULT 0;
 
+-- The workers present in this database, as pg_locks shows their presence locks: one row each,
+-- worker_key = hashtext(worker_id)::oid. The one definition the sweep (below) and the metrics'
+-- workers_present gauge (get_metric_gauges) both read.
+CREATE VIEW worker_presences AS
+SELECT objid AS worker_key
+  FROM pg_locks
+ WHERE locktype = 'advisory' AND granted AND objsubid = 2
+   AND classid = 1953064811::oid  -- sql/presence.py PRESENCE_KEY
+   AND database = (SELECT oid FROM pg_database WHERE datname = current_database());
+
 CREATE OR REPLACE FUNCTION fail_and_retry_executions(ids uuid[], released boolean, fence uuid,
                                                      sweep_time timestamptz)
 RETURNS TABLE (failed_id uuid, retry_id uuid)
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = public, pg_temp AS $$
 DECLARE
-    presence_key constant integer := 1953064811;  -- sql/presence.py PRESENCE_KEY
     attempts_given_back constant integer := 5;
 BEGIN
     IF released AND fence IS NULL THEN
@@ -38,26 +47,22 @@ BEGIN
     WITH judged AS (
         SELECT e.id, e.attempt, e.max_attempts, e.workers_lost, claim.worker_id,
                NOT released AND claim.worker_id IS NOT NULL AND NOT EXISTS (
-                   SELECT 1 FROM pg_locks l
-                    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-                      AND l.database = (SELECT oid FROM pg_database
-                                         WHERE datname = current_database())
-                      AND l.classid = presence_key::oid
-                      AND l.objid = hashtext(claim.worker_id)::oid) AS worker_gone
+                   SELECT 1 FROM worker_presences p
+                    WHERE p.worker_key = hashtext(claim.worker_id)::oid) AS worker_gone
           FROM executions e
           LEFT JOIN execution_claims claim ON claim.execution_id = e.id
          WHERE e.id = ANY(ids) AND e.status = 'running'
            AND CASE WHEN released THEN e.run_token = fence ELSE e.deadline <= coalesce(sweep_time, now()) END
     ), candidates AS (
-        SELECT j.id, j.worker_id, j.worker_gone,
-               j.worker_gone AND j.workers_lost < attempts_given_back AS given_back,
-               CASE WHEN released OR j.attempt < j.max_attempts
-                         OR (j.worker_gone AND j.workers_lost < attempts_given_back)
+        SELECT j.id, j.worker_id, j.worker_gone, back.given_back,
+               CASE WHEN released OR j.attempt < j.max_attempts OR back.given_back
                     THEN encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
                              PLACING substring(int8send(floor(extract(epoch FROM clock_timestamp())
                                                               * 1000)::bigint) FROM 3)
                              FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid END AS new_id
-          FROM judged j
+          FROM judged j,
+               LATERAL (SELECT j.worker_gone AND j.workers_lost < attempts_given_back
+                               AS given_back) back
     ), failed AS (
         UPDATE executions e
            SET status = 'failed',

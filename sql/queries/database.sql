@@ -51,8 +51,8 @@ LISTEN tickwork_webhooks;
 --     Retries are left out: they stand for an old fire on purpose.
 --   oldest_transaction_age: client sessions of this database, this scrape excluded. A long
 --     open transaction holds back vacuum of the queue and journal tables.
---   workers_present: worker processes holding their presence lock on this database
---     (sql/presence.py): a dead worker's lock goes with its session.
+--   workers_present: worker processes holding their presence lock on this database (the
+--     view worker_presences, migration 0064): a dead worker's lock goes with its session.
 SELECT
     (SELECT count(*) FROM queue_tasks WHERE lease_expires_at IS NULL) AS queue_depth,
     (SELECT greatest(0, coalesce(extract(epoch FROM now() - min(available_at)), 0))
@@ -71,11 +71,7 @@ SELECT
         AND backend_type = 'client backend'
         AND pid <> pg_backend_pid()
         AND xact_start IS NOT NULL) AS oldest_transaction_age_seconds,
-    (SELECT count(*) FROM pg_locks
-      WHERE locktype = 'advisory' AND granted AND objsubid = 2
-        AND classid = %(presence_key)s::oid
-        AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-    ) AS workers_present;
+    (SELECT count(*) FROM worker_presences) AS workers_present;
 
 -- name: delete_expired_history
 -- The HTTP tick's retention (the API's role): one batch of everything above in one narrow

@@ -19,7 +19,6 @@ from tickwork.sql.db import connect
 from tickwork.sql.migrate import migrate
 from tests.factories import make_agent, make_tenant
 from tests.integration.workers import WorkerProcess, scalar, until
-from tickwork.sql.presence import PRESENCE_KEY
 from tickwork.worker.tools.publish import publish_catalog
 
 
@@ -64,14 +63,13 @@ def at_last_attempt(db_url: str, run_ids: list[str]) -> None:
 
 # Whether the worker named in a run's run_start holds its presence lock now.
 PRESENCE_OF_WORKER_HOLDING = """
-    SELECT EXISTS (SELECT 1 FROM pg_locks l, run_events r
-                    WHERE r.execution_id = %s AND r.seq = 1 AND l.locktype = 'advisory'
-                      AND l.granted AND l.classid = %s::oid AND l.objsubid = 2
-                      AND l.objid = hashtext(r.payload->>'worker_id')::oid)"""
+    SELECT EXISTS (SELECT 1 FROM worker_presences p, run_events r
+                    WHERE r.execution_id = %s AND r.seq = 1
+                      AND p.worker_key = hashtext(r.payload->>'worker_id')::oid)"""
 
 
 def presence_of_worker_holding(db_url: str, run_id: str) -> bool:
-    return scalar(db_url, PRESENCE_OF_WORKER_HOLDING, (run_id, PRESENCE_KEY))
+    return scalar(db_url, PRESENCE_OF_WORKER_HOLDING, (run_id,))
 
 
 async def test_a_worker_killed_mid_run_is_swept_and_its_retry_runs_once(db_url, pool):
@@ -83,7 +81,7 @@ async def test_a_worker_killed_mid_run_is_swept_and_its_retry_runs_once(db_url, 
         "run.after_tool_effect_before_tool_complete=sleep:600000"))
     await until(db_url, "SELECT count(*) = 1 FROM demo_outbox")
     stuck.kill()  # SIGKILL between the tool's effect and its tool_complete
-    await until(db_url, f"SELECT NOT ({PRESENCE_OF_WORKER_HOLDING})", (run_id, PRESENCE_KEY))
+    await until(db_url, f"SELECT NOT ({PRESENCE_OF_WORKER_HOLDING})", (run_id,))
     deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
     swept = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
     assert (swept.failed, swept.retried) == (1, 1)
@@ -117,14 +115,14 @@ async def worker_on_a_last_attempt(db_url: str) -> tuple[str, WorkerProcess]:
     await until(db_url, "SELECT count(*) = 1 FROM run_events WHERE type = 'run_start'")
     # The worker takes its presence as its LISTEN connection opens, which its first claim may
     # beat by a few milliseconds.
-    await until(db_url, PRESENCE_OF_WORKER_HOLDING, (run_id, PRESENCE_KEY))
+    await until(db_url, PRESENCE_OF_WORKER_HOLDING, (run_id,))
     return run_id, worker
 
 
 async def test_a_run_lost_with_its_killed_worker_is_retried_even_at_its_last_attempt(db_url, pool):
     run_id, doomed = await worker_on_a_last_attempt(db_url)
     doomed.kill()  # its backends end as they read the closed socket: waited for, not assumed
-    await until(db_url, f"SELECT NOT ({PRESENCE_OF_WORKER_HOLDING})", (run_id, PRESENCE_KEY))
+    await until(db_url, f"SELECT NOT ({PRESENCE_OF_WORKER_HOLDING})", (run_id,))
     deadline = scalar(db_url, "SELECT deadline FROM executions WHERE id = %s", (run_id,))
     swept = await sweep_stale(pool, now=deadline + timedelta(seconds=1), batch_size=10)
     assert (swept.failed, swept.retried) == (1, 1)
@@ -147,7 +145,7 @@ async def test_a_stopping_worker_keeps_its_presence_through_the_grace_period(db_
     [slow] = await queue_runs(db_url, [{"sleep": 600}, {"text": "never"}])
     worker = WorkerProcess(db_url, concurrency=2, TICKWORK_SHUTDOWN_GRACE_SECONDS="60")
     await until(db_url, "SELECT count(*) = 2 FROM run_events WHERE type = 'run_start'")
-    await until(db_url, PRESENCE_OF_WORKER_HOLDING, (slow, PRESENCE_KEY))
+    await until(db_url, PRESENCE_OF_WORKER_HOLDING, (slow,))
     worker.process.terminate()
     # The quick run ends inside the grace period, while the slow one still runs.
     await until(db_url, "SELECT status = 'completed' FROM executions WHERE id = %s", (quick,))

@@ -5,6 +5,7 @@ import json
 import logging
 import os
 import re
+import uuid
 
 import orjson
 import structlog
@@ -20,7 +21,9 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 # Short values repeat from line to line (event names, statuses, outcomes): each (key, value)
 # is scanned once and the verdict remembered, a bounded number of them.
 _CACHED_CHARS = 64
-_NOT_SCANNED = (int, float, bool, type(None))  # redact returns these as they are, under any key
+# redact returns these as they are, under any key; a UUID (a run's ids, as RunLog passes them)
+# cannot hold a secret, and the JSON writes it as its text.
+_NOT_SCANNED = (int, float, bool, type(None), uuid.UUID)
 
 
 def _is_id(key: str, value: str) -> bool:

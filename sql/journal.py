@@ -38,6 +38,7 @@ from uuid import UUID
 import orjson
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.rows import tuple_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
@@ -155,15 +156,16 @@ def _encode(journal: RunJournal, events: list[PendingEvent], verdict: Verdict | 
 
 
 @reconnecting
-async def write_batch(pool: AsyncConnectionPool, runs: list[str]) -> dict[UUID, Landed]:
+async def write_batch(pool: AsyncConnectionPool, runs: list[str]) -> dict[str, Landed]:
     """One insert_journal_batch statement for the runs (each one's JSON object): what each
     run's part found. A run missing from the answer was fenced. Retried while Postgres
     restarts: the events are idempotent and the fence refuses a second verdict."""
-    async with pool.connection() as conn:
-        cursor = await conn.execute(QUERIES["insert_journal_batch"],
-                                    {"runs": "[" + ",".join(runs) + "]"}, **HOT_PATH)
-        return {row["id"]: Landed(True, row["finished"], row["cancel_requested"])
-                for row in await cursor.fetchall()}
+    async with pool.connection() as conn, conn.cursor(row_factory=tuple_row) as cursor:
+        await cursor.execute(QUERIES["insert_journal_batch"],
+                             {"runs": "[" + ",".join(runs) + "]"}, **HOT_PATH)
+        # Keyed by the id's text: plain tuples and no uuid per run on the hot path.
+        return {run_id: Landed(True, finished, cancel_requested)
+                for run_id, finished, cancel_requested in await cursor.fetchall()}
 
 
 class JournalWriter:
@@ -323,9 +325,9 @@ class JournalWriter:
             return self._failed(batch, exc)
         # Committed: wake the tails of the runs it reached.
         self.notifier.runs_changed(item.journal.id_text for item in batch
-                                   if item.journal.execution_id in found)
+                                   if item.journal.id_text in found)
         for item in batch:
-            landed = found.get(item.journal.execution_id, _FENCED)
+            landed = found.get(item.journal.id_text, _FENCED)
             item.journal._landed(item.count, landed)
             for waiter in item.waiters:
                 if not waiter.done():

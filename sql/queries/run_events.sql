@@ -49,10 +49,11 @@ WITH runs AS (
      WHERE e.id = r.id AND e.id = ANY (ARRAY(SELECT id FROM ending))  -- by primary key
     RETURNING e.id
 )
-SELECT g.id, false AS finished, g.cancel_requested_at IS NOT NULL AS cancel_requested
+-- The id comes back as text, the key the writer already holds (no uuid parsed per run).
+SELECT g.id::text AS id, false AS finished, g.cancel_requested_at IS NOT NULL AS cancel_requested
   FROM going g
 UNION ALL
-SELECT f.id, true, false FROM finished f;
+SELECT f.id::text, true, false FROM finished f;
 
 -- name: list_run_events
 -- A run's journal after a sequence number, in order, one page (tails and replays).

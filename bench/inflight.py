@@ -139,8 +139,10 @@ def measure(url: str, args: argparse.Namespace) -> dict:
         idle_rss = rss_kb(worker.pid)
         profiler = None
         if args.py_spy:  # collapsed stacks of the worker while the runs are in flight
+            idle = ["--idle"] if args.py_spy_format == "speedscope" else []
             profiler = subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record",
-                                         "-p", str(worker.pid), "-r", "50", "--format", "raw",
+                                         "-p", str(worker.pid), "-r", str(args.py_spy_rate),
+                                         "--format", args.py_spy_format, *idle,
                                          "-o", args.py_spy], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # attached before the runs are queued
@@ -206,8 +208,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sleep", type=float, default=5.0, help="seconds each model turn waits")
     parser.add_argument("--pool-max-size", type=int, default=10,
                         help="TICKWORK_POOL_MAX_SIZE for the worker")
+    parser.add_argument("--py-spy-rate", type=int, default=50, metavar="HZ",
+                        help="py-spy's samples per second (default 50)")
+    parser.add_argument("--py-spy-format", choices=("raw", "speedscope"), default="raw",
+                        help="raw: collapsed stacks; speedscope: every sample in time order, "
+                             "idle ones too, so the start phase can be cut out of it")
     parser.add_argument("--py-spy", metavar="PATH",
-                        help="record the worker with py-spy (collapsed stacks) into PATH")
+                        help="record the worker with py-spy into PATH (--py-spy-format)")
     args = parser.parse_args()
     if args.runs < 1 or args.sleep <= 0 or args.pool_max_size < 1:
         parser.error("--runs and --pool-max-size must be at least 1 and --sleep above 0")

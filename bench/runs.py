@@ -62,6 +62,7 @@ import psycopg
 import structlog
 from psycopg.conninfo import conninfo_to_dict
 
+import statements  # bench/statements.py
 from scratch import (WorkerProcess, busy_pct, describe_server,  # bench/scratch.py
                      machine_cpu, process_cpu_s, say, scratch_database)
 from tickwork.scheduler.runs import request_hash, start_agent_run
@@ -80,6 +81,9 @@ ENQUEUE_CONNECTIONS = 8
 PGQUEUER = "pgqueuer==1.6.0"
 PGQUEUER_DRIVER_PACKAGE = "asyncpg"
 STALL_SECONDS = 60.0  # no progress for this long: the bench gives up instead of hanging
+# Left out of the statement figures: the bench's own progress polls, pgqueuer's enqueue.
+OWN_POLLING = ("count(*) FILTER (WHERE status IN",)
+PGQUEUER_ENQUEUE = "INSERT INTO pgqueuer AS job"
 
 
 def as_url(conninfo: str) -> str:
@@ -279,6 +283,8 @@ def measure_throughput(url: str, tenant_id: UUID, agent_id: UUID, args: argparse
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE executions, queue_tasks")
     checkpoint(url)
+    if args.pg_statements:
+        statements.reset(url)
 
     samples: dict[str, Any] = {}
     worker = WorkerProcess(url, args.concurrency, log_path)
@@ -298,6 +304,8 @@ def measure_throughput(url: str, tenant_id: UUID, agent_id: UUID, args: argparse
     if spy is not None:
         stop_py_spy(spy, args.py_spy)
     pg_cpu = backends_cpu_s(url, "tickwork-worker")
+    pg_work = (statements.per_unit(statements.read(url, leave_out=OWN_POLLING), args.runs,
+                                   "tickwork", "run") if args.pg_statements else {})
 
     verify_runs(url, args.runs)
     with psycopg.connect(url) as conn:
@@ -317,6 +325,7 @@ def measure_throughput(url: str, tenant_id: UUID, agent_id: UUID, args: argparse
         "enqueue_runs_per_s": round(args.runs / enqueue_s, 1),
         "events": events,
         "events_per_run": round(events / args.runs, 2),
+        **{f"pg_{key}_per_run": value for key, value in pg_work.items()},
     }
     say(f"tickwork: {args.runs:,} runs ({events:,} journal events) by one worker process "
         f"(--concurrency {args.concurrency}) in {span:.2f} s (first run_start .. last "
@@ -563,6 +572,8 @@ def measure_pgqueuer(url: str, args: argparse.Namespace, scratch: Path, *, batch
                                        capture_output=True, text=True, timeout=300)
             if installed.returncode != 0:
                 return None, f"pgq install failed: {installed.stderr.strip()[-800:]}", {}
+        if args.pg_statements and max_in_flight is None:
+            statements.reset(url)
         driver = scratch / "pgqueuer_driver.py"
         driver.write_text(PGQUEUER_DRIVER)
         config = json.dumps({"dsn": dsn, "jobs": args.runs, "batch_size": batch,
@@ -583,6 +594,11 @@ def measure_pgqueuer(url: str, args: argparse.Namespace, scratch: Path, *, batch
         f"(asyncpg, dequeue batch {batch}, {bound}) in {result['span_s']:.2f} s (first picked "
         f".. last successful in its log) = {rate:,.0f} jobs/s; {result['wall_s']:.2f} s wall; "
         f"enqueued in {result['enqueue_s']:.2f} s")
+    if args.pg_statements and max_in_flight is None:
+        # Its enqueue is left out, as the runs' is (they are queued before the timing starts).
+        work = statements.per_unit(statements.read(url, leave_out=(PGQUEUER_ENQUEUE,)),
+                                   args.runs, "pgqueuer", "job")
+        result.update({f"pg_{key}_per_job": value for key, value in work.items()})
     result["process_cpu_ms_per_job"] = round(1000 * result["process_cpu_s"] / args.runs, 3)
     if result.get("backend_cpu_s") is not None:
         result["backend_cpu_ms_per_job"] = round(1000 * result["backend_cpu_s"] / args.runs, 3)
@@ -869,6 +885,10 @@ def main() -> None:
             describe_server(url, ("shared_buffers", "synchronous_commit", "wal_sync_method",
                                   "max_connections"))
             tenant_id, agent_id = setup(url)
+            unreadable = statements.available(url)
+            args.pg_statements = unreadable is None
+            if unreadable:
+                say(f"no statement figures: pg_stat_statements is not readable here ({unreadable})")
 
             floor = measure_floor(url, args.runs, args.concurrency, args.concurrency)
             floor_1 = measure_floor(url, args.runs, args.concurrency, 1)
@@ -942,6 +962,12 @@ def main() -> None:
         "enqueue_runs_per_s": figures["enqueue_runs_per_s"],
         "worker_cpu_ms_per_run": figures.get("worker_cpu_ms_per_run"),
         "pg_backend_cpu_ms_per_run": figures.get("pg_backend_cpu_ms_per_run"),
+        # With pg_stat_statements loaded (bench/statements.py): Postgres's execution time and
+        # WAL per run of the drain, and per job of pgqueuer's (unbounded) drain.
+        **{key: figures.get(key) for key in ("pg_exec_us_per_run", "pg_wal_records_per_run",
+                                             "pg_wal_bytes_per_run")},
+        **{key: pgq.get(key) for key in ("pg_exec_us_per_job", "pg_wal_records_per_job",
+                                         "pg_wal_bytes_per_job")},
         "machine_busy_pct": figures.get("machine_busy_pct"),
         "round_trips_per_run": figures.get("round_trips_per_run"),
         "claim_batch_mean": figures.get("claim_batch_mean"),

@@ -10,7 +10,7 @@ import uuid
 import orjson
 import structlog
 
-from tickwork.worker.redact import redact
+from tickwork.worker.redact import is_secret_key, key_kind, redact, redacted
 
 # The level when none is given: TICKWORK_LOG_LEVEL, else info. At info a run writes one line
 # (run_finished, or how else it ended); debug adds run_started.
@@ -21,9 +21,7 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 # Short values repeat from line to line (event names, statuses, outcomes): each (key, value)
 # is scanned once and the verdict remembered, a bounded number of them.
 _CACHED_CHARS = 64
-# redact returns these as they are, under any key; a UUID (a run's ids, as RunLog passes them)
-# cannot hold a secret, and the JSON writes it as its text.
-_NOT_SCANNED = (int, float, bool, type(None), uuid.UUID)
+_NOT_SCANNED = (int, float, bool, type(None))  # redact returns these as they are, under any key
 
 
 def _is_id(key: str, value: str) -> bool:
@@ -35,15 +33,25 @@ def _short_value(key: str, value: str) -> str:
     return redact({key: value})[key]
 
 
+@functools.lru_cache(maxsize=1024)
+def _uuid_shown(key: str) -> str | None:
+    """How a UUID under this key is shown: None for as it is (an id: the JSON writes its text,
+    and no scan is needed), else the redaction a secret key's value gets (a run's token)."""
+    return redacted(key_kind(key)) if is_secret_key(key) else None
+
+
 def redact_secrets(_, __, event_dict: dict) -> dict:
     """No secret-shaped string reaches a log line (an error text can carry a key or a URL with a
     password in it). The same verdicts as redact(event_dict), for less: a run's lines are
-    mostly ids and a few repeated words."""
+    mostly ids and a few repeated words. One is stricter: a UUID under a secret key (a run's
+    token) is redacted as a string there would be; redact() leaves a UUID as it is."""
     shown = {}
     for key, value in event_dict.items():
         kind = type(value)
         if kind in _NOT_SCANNED:
             shown[key] = value
+        elif kind is uuid.UUID and type(key) is str:  # a run's ids, as RunLog passes them
+            shown[key] = _uuid_shown(key) or value
         elif kind is str and type(key) is str and len(value) <= _CACHED_CHARS:
             shown[key] = value if _is_id(key, value) else _short_value(key, value)
         else:

@@ -79,3 +79,26 @@ def test_short_values_are_redacted_every_time_they_come_back(capsys):
         assert line["password"] == "[REDACTED:password]"
         assert line["note"] == "Bearer [REDACTED:bearer]"
         assert (line["status"], line["tries"], line["user_id"]) == ("done", 3, "u-1")
+
+
+def test_a_runs_line_shows_its_ids_as_text_and_a_token_under_a_secret_key_redacted(capsys):
+    from types import SimpleNamespace
+    from uuid import UUID
+
+    from tickwork.worker.run_log import RunLog
+
+    run = SimpleNamespace(id=UUID("0b5f2a4e-1c3d-4e5f-8a9b-0c1d2e3f4a5b"),
+                          agent_id=UUID("1c6f3b5f-2d4e-4f60-9bac-1d2e3f4a5b6c"),
+                          schedule_id=None, attempt=3)
+    configure_logging()
+    try:
+        RunLog(run).info("run_finished", status="completed",
+                         run_token=UUID("2d704c60-3e5f-4071-8cbd-2e3f4a5b6c7d"))
+        raw = capsys.readouterr().out.strip().splitlines()[-1]
+    finally:
+        structlog.reset_defaults()
+    line = json.loads(raw)
+    assert line["execution_id"] == "0b5f2a4e-1c3d-4e5f-8a9b-0c1d2e3f4a5b"
+    assert line["agent_id"] == "1c6f3b5f-2d4e-4f60-9bac-1d2e3f4a5b6c"
+    assert line["schedule_id"] is None and line["attempt"] == 3  # a run started by hand
+    assert line["run_token"] == "[REDACTED:token]" and "2d704c60" not in raw

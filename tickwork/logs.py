@@ -10,7 +10,7 @@ import uuid
 import orjson
 import structlog
 
-from tickwork.worker.redact import is_secret_key, key_kind, redact, redacted
+from tickwork.worker.redact import redact
 
 # The level when none is given: TICKWORK_LOG_LEVEL, else info. At info a run writes one line
 # (run_finished, or how else it ended); debug adds run_started.
@@ -22,6 +22,7 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 # is scanned once and the verdict remembered, a bounded number of them.
 _CACHED_CHARS = 64
 _NOT_SCANNED = (int, float, bool, type(None))  # redact returns these as they are, under any key
+_SOME_UUID = uuid.UUID(int=0)
 
 
 def _is_id(key: str, value: str) -> bool:
@@ -34,24 +35,24 @@ def _short_value(key: str, value: str) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def _uuid_shown(key: str) -> str | None:
-    """How a UUID under this key is shown: None for as it is (an id: the JSON writes its text,
-    and no scan is needed), else the redaction a secret key's value gets (a run's token)."""
-    return redacted(key_kind(key)) if is_secret_key(key) else None
+def _uuid_redacted_under(key: str) -> bool:
+    """Whether redact() hides a UUID under this key (a secret key's, such as a run's token),
+    asked once per key: under any other key a UUID (a run's ids) is shown as it is, and the
+    JSON writes its text."""
+    return redact({key: _SOME_UUID})[key] != _SOME_UUID
 
 
 def redact_secrets(_, __, event_dict: dict) -> dict:
     """No secret-shaped string reaches a log line (an error text can carry a key or a URL with a
     password in it). The same verdicts as redact(event_dict), for less: a run's lines are
-    mostly ids and a few repeated words. One is stricter: a UUID under a secret key (a run's
-    token) is redacted as a string there would be; redact() leaves a UUID as it is."""
+    mostly ids and a few repeated words."""
     shown = {}
     for key, value in event_dict.items():
         kind = type(value)
         if kind in _NOT_SCANNED:
             shown[key] = value
         elif kind is uuid.UUID and type(key) is str:  # a run's ids, as RunLog passes them
-            shown[key] = _uuid_shown(key) or value
+            shown[key] = redact({key: value})[key] if _uuid_redacted_under(key) else value
         elif kind is str and type(key) is str and len(value) <= _CACHED_CHARS:
             shown[key] = value if _is_id(key, value) else _short_value(key, value)
         else:

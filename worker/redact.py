@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import uuid
 from typing import Any
 
 import orjson
@@ -186,7 +187,8 @@ def key_kind(key: str) -> str:
 
 def redact(value: Any) -> Any:
     """A copy of a JSON-like value with secrets redacted; non-container, non-string values
-    (numbers, None, datetimes, uuids) are returned as they are."""
+    (numbers, None, datetimes, uuids) are returned as they are, but for a uuid under a secret
+    key (a run's token), which is redacted as a string there is."""
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, dict):
@@ -197,7 +199,7 @@ def redact(value: Any) -> Any:
 
 
 def _redact_item(key: Any, item: Any) -> Any:
-    if isinstance(key, str) and isinstance(item, (str, dict, list, tuple)) \
+    if isinstance(key, str) and isinstance(item, (str, dict, list, tuple, uuid.UUID)) \
             and is_secret_key(key):
         return _all_strings(item, key_kind(key))
     return redact(item)
@@ -205,9 +207,12 @@ def _redact_item(key: Any, item: Any) -> Any:
 
 def _all_strings(value: Any, kind: str) -> Any:
     """Under a secret key every string is the secret ({"credentials": {"user": …, "pw": …}});
-    an empty string leaks nothing and saying [REDACTED] would mislead."""
+    an empty string leaks nothing and saying [REDACTED] would mislead. A uuid there is its
+    text."""
     if isinstance(value, str):
         return redacted(kind) if value else value
+    if isinstance(value, uuid.UUID):
+        return redacted(kind)
     if isinstance(value, dict):
         return {key: _all_strings(item, kind) for key, item in value.items()}
     if isinstance(value, (list, tuple)):

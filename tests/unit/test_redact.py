@@ -219,6 +219,14 @@ def test_nested_values_are_copied_with_secrets_redacted():
     assert repr(value) == original  # the input is not modified
 
 
+def test_a_uuid_under_a_secret_key_is_redacted_and_any_other_uuid_kept():
+    token, ident = uuid.UUID(int=7), uuid.UUID(int=8)
+    assert redact({"run_token": token, "execution_id": ident, "auth": {"id": token}}) == {
+        "run_token": R("token"), "execution_id": ident, "auth": {"id": token}}
+    assert redact({"credentials": [token, "x", 3]}) == {
+        "credentials": [R("credential"), R("credential"), 3]}
+
+
 def test_ordinary_records_and_a_megabyte_of_base64_pass_through_untouched():
     # Speed is measured in bench/, never asserted here. A branch that backtracked per position
     # would make the megabyte below quadratic: the test's own timeout (pytest-timeout) is the

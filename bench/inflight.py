@@ -32,7 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psycopg  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
-from scratch import WorkerProcess, describe_server, say, scratch_database  # noqa: E402
+from scratch import (WorkerProcess, describe_server, machine_cpu, process_cpu_s, say,  # noqa: E402
+                     scratch_database)
 from tickwork.sql.ids import new_id  # noqa: E402
 from tickwork.sql.migrate import migrate  # noqa: E402
 from tickwork.worker.tools.publish import publish_catalog  # noqa: E402
@@ -71,6 +72,11 @@ SELECT coalesce(wait_event_type || ':' || wait_event, state) AS wait, count(*)
  WHERE datname = current_database() AND application_name = 'tickwork-worker'
    AND state <> 'idle'
  GROUP BY 1
+"""
+# The worker's pooled sessions, whose backends' CPU the timeline adds up (a local server only).
+POOL_PIDS = """
+SELECT pid FROM pg_stat_activity
+ WHERE datname = current_database() AND application_name = 'tickwork-worker'
 """
 VERDICT = """
 SELECT count(*) FILTER (WHERE status = 'completed' AND outcome = 'done') AS completed,
@@ -112,6 +118,50 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class CpuTimeline:
+    """CPU of the worker and of its pooled backends, sampled with the progress, so a phase
+    (the burst's start) can be cut out afterwards: which side was busy, and which waited for
+    the other. The backends' CPU is read from /proc, so it is None for a server on another
+    host (or processes this user cannot read)."""
+
+    def __init__(self, worker_pid: int) -> None:
+        self._worker_pid = worker_pid
+        self._backend_cpu: dict[int, float] = {}  # last CPU seen per backend pid
+        self._backends_total = 0.0
+        self._readable = True
+        self.samples: list[tuple[float, float, float | None, tuple[float, float] | None]] = []
+
+    def sample(self, pool_pids: list[int]) -> None:
+        for pid in pool_pids:
+            cpu = process_cpu_s(pid)
+            if cpu is None:
+                self._readable = False
+                continue
+            # A backend first seen after the start counts whole: it was opened for the burst.
+            self._backends_total += cpu - self._backend_cpu.get(pid, 0.0 if self.samples else cpu)
+            self._backend_cpu[pid] = cpu
+        self.samples.append((time.monotonic(), process_cpu_s(self._worker_pid) or 0.0,
+                             self._backends_total if self._readable else None, machine_cpu()))
+
+    def between(self, start: float, end: float) -> dict[str, float | None]:
+        """% of one core the worker and its backends used from ``start`` to ``end``
+        (monotonic), and how busy the whole machine was, from the samples nearest them."""
+        if len(self.samples) < 2:
+            return {"worker_cpu_pct": None, "backends_cpu_pct": None, "machine_busy_pct": None}
+        first = min(self.samples, key=lambda s: abs(s[0] - start))
+        last = min(self.samples, key=lambda s: abs(s[0] - end))
+        span = last[0] - first[0]
+        if span <= 0:
+            return {"worker_cpu_pct": None, "backends_cpu_pct": None, "machine_busy_pct": None}
+        backends = (None if first[2] is None or last[2] is None
+                    else round(100 * (last[2] - first[2]) / span, 1))
+        machine = None
+        if first[3] is not None and last[3] is not None and last[3][1] > first[3][1]:
+            machine = round(100 * (last[3][0] - first[3][0]) / (last[3][1] - first[3][1]), 1)
+        return {"worker_cpu_pct": round(100 * (last[1] - first[1]) / span, 1),
+                "backends_cpu_pct": backends, "machine_busy_pct": machine}
+
+
 def wait_for_worker(url: str, worker: WorkerProcess) -> None:
     """Until the worker's pool and listener are connected (it is idle and listening)."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -150,10 +200,13 @@ def measure(url: str, args: argparse.Namespace) -> dict:
         cpu_before = cpu_seconds(worker.pid)
         waits: dict[str, int] = {}
         with psycopg.connect(url, autocommit=True) as conn:
+            timeline = CpuTimeline(worker.pid)
+            timeline.sample([row[0] for row in conn.execute(POOL_PIDS).fetchall()])
             with conn.transaction():
                 conn.execute(ENQUEUE, {"tenant_id": tenant_id, "agent_id": agent_id,
                                        "input": run_input, "runs": args.runs})
                 queued_at = conn.execute("SELECT clock_timestamp()").fetchone()[0]
+            queued_mono = time.monotonic()
             say(f"queued {args.runs:,} runs at once; worker idle RSS {idle_rss / 1024:.1f} MB")
             last_change = time.monotonic()
             while done < args.runs:
@@ -164,6 +217,7 @@ def measure(url: str, args: argparse.Namespace) -> dict:
                 peak_rss = max(peak_rss, rss_kb(worker.pid))
                 for wait, count in conn.execute(WAITS).fetchall():
                     waits[wait] = waits.get(wait, 0) + count
+                timeline.sample([row[0] for row in conn.execute(POOL_PIDS).fetchall()])
                 if now_done != done:
                     done, last_change = now_done, time.monotonic()
                 elif time.monotonic() - last_change > STALL_SECONDS + args.sleep:
@@ -183,6 +237,8 @@ def measure(url: str, args: argparse.Namespace) -> dict:
         raise SystemExit(f"expected {args.runs} completed runs and run_start events, got "
                          f"{completed} and {run_starts}")
     actual_s = float(actual_s)
+    # The burst's start: from the queueing commit to the last run's start (0.1 s samples).
+    start_phase = timeline.between(queued_mono, queued_mono + float(start_max_s))
     return {
         "runs_in_flight": args.runs, "sleep_s": args.sleep, "ideal_s": args.sleep,
         "actual_s": round(actual_s, 3), "efficiency": round(args.sleep / actual_s, 3),
@@ -196,6 +252,11 @@ def measure(url: str, args: argparse.Namespace) -> dict:
         "idle_rss_mb": round(idle_rss / 1024, 1), "peak_rss_mb": round(peak_rss / 1024, 1),
         "rss_kb_per_inflight_run": round((peak_rss - idle_rss) / args.runs, 1),
         "worker_cpu_s": round(worker_cpu_s, 2),
+        # % of one core while the runs started: both sides well below 100 means each waited
+        # for the other (round trips, commits); one near 100 is the one that limits the start.
+        "start_phase_worker_cpu_pct": start_phase["worker_cpu_pct"],
+        "start_phase_backends_cpu_pct": start_phase["backends_cpu_pct"],
+        "start_phase_machine_busy_pct": start_phase["machine_busy_pct"],
         "load_average": [round(x, 2) for x in os.getloadavg()],
         # busy worker sessions seen per wait event, summed over the 0.1 s samples
         "worker_waits": dict(sorted(waits.items(), key=lambda kv: -kv[1])[:6]),
@@ -233,7 +294,10 @@ def main() -> None:
         f"{figures['finish_first_s']:.2f} s, p50 {figures['finish_p50_s']:.2f} s)")
     say(f"connections: pool peak {figures['peak_pool_connections']} of "
         f"{figures['pool_max_size']}, other worker connections {figures['peak_other_worker_connections']}")
-    say(f"worker CPU {figures['worker_cpu_s']} s over the run")
+    say(f"worker CPU {figures['worker_cpu_s']} s over the run; while the runs started, % of one "
+        f"core: the worker {figures['start_phase_worker_cpu_pct']}, its backends "
+        f"{figures['start_phase_backends_cpu_pct']} (machine "
+        f"{figures['start_phase_machine_busy_pct']} % busy)")
     say(f"worker sessions waiting (samples): {figures['worker_waits']}; "
         f"load {figures['load_average']}")
     say(f"RSS: idle {figures['idle_rss_mb']} MB, peak {figures['peak_rss_mb']} MB, "

@@ -54,12 +54,12 @@ CLAIM_BATCH = 256
 # Only while the queue has work (the last claim came back full); an empty queue gets one.
 # A claim counts until its task's done callback has run, which comes after the first step of
 # every run it started, and a lease it sends is part of it: so this is more than the claims
-# Postgres works on at once. With two, about one was (timed claim by claim, 5,000 runs), and a
-# burst's start waited on each claim's round trip; with three, about two. Measured, alternated
-# in one hour (bench/README.md): 5,000 in flight, the last start at 0.39-0.44 s against
-# 0.50-0.52 s; 16,000 runs at 16, 4,777-4,884 runs/s against 4,525-4,661. A fourth read the
-# same as the third, and so did counting exactly (three in Postgres at once, where they contend:
-# a claim of 256 took 13 ms alone and 35-44 ms beside two others).
+# Postgres works on at once. With three, one or two were (timed claim by claim, 5,000 runs);
+# with two, by the same count, about one, and a burst's start waited on each claim's round
+# trip. Measured, alternated in one hour (bench/README.md): 5,000 in flight, the last start at
+# 0.39-0.44 s against 0.50-0.52 s; 16,000 runs at 16, 4,777-4,884 runs/s against 4,525-4,661.
+# A fourth read the same as the third, and so did counting exactly (more claims side by side
+# in Postgres, where they contend: a claim of 256 took 13 ms alone, 35-44 ms beside others).
 CLAIMS_IN_FLIGHT = 3
 # Runs that may give their slots back while their verdicts are written: as many as there are
 # slots, and never fewer than this, so that a small worker's next runs do not hold their slots

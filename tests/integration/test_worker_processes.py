@@ -116,6 +116,10 @@ async def worker_on_a_last_attempt(db_url: str) -> tuple[str, WorkerProcess]:
     # The worker takes its presence as its LISTEN connection opens, which its first claim may
     # beat by a few milliseconds.
     await until(db_url, PRESENCE_OF_WORKER_HOLDING, (run_id,))
+    # Its turn's step_start stored: the run waits on its model, and no append of its own holds
+    # the execution's row when the sweep looks (the sweep skips a row that is locked, and
+    # would judge nothing).
+    await until(db_url, "SELECT count(*) = 1 FROM run_events WHERE type = 'step_start'")
     return run_id, worker
 
 

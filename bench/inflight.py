@@ -112,12 +112,6 @@ def rss_kb(pid: int, field: str = "VmRSS") -> int:
     raise SystemExit(f"no {field} for process {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU the process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 class CpuTimeline:
     """CPU of the worker and of its pooled backends, sampled with the progress, so a phase
     (the burst's start) can be cut out afterwards: which side was busy, and which waited for
@@ -197,7 +191,7 @@ def measure(url: str, args: argparse.Namespace) -> dict:
                                         stderr=subprocess.DEVNULL)
             time.sleep(1.0)  # attached before the runs are queued
         peak_rss, peak_pool, peak_other, done = idle_rss, 0, 0, 0
-        cpu_before = cpu_seconds(worker.pid)
+        cpu_before = process_cpu_s(worker.pid)
         waits: dict[str, int] = {}
         with psycopg.connect(url, autocommit=True) as conn:
             timeline = CpuTimeline(worker.pid)
@@ -223,7 +217,7 @@ def measure(url: str, args: argparse.Namespace) -> dict:
                 elif time.monotonic() - last_change > STALL_SECONDS + args.sleep:
                     raise SystemExit(f"stalled at {done:,} of {args.runs:,} runs")
             peak_rss = max(peak_rss, rss_kb(worker.pid, "VmHWM"))
-            worker_cpu_s = cpu_seconds(worker.pid) - cpu_before
+            worker_cpu_s = process_cpu_s(worker.pid) - cpu_before
             if profiler is not None:
                 profiler.send_signal(signal.SIGINT)
                 profiler.wait(timeout=30)

@@ -274,16 +274,18 @@ def verify_runs(url: str, executions: int) -> dict[str, int]:
 
 
 def measure_throughput(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Namespace,
-                       log_path: Path) -> tuple[dict[str, Any], WorkerProcess]:
+                       log_path: Path, *, pg_statements: bool
+                       ) -> tuple[dict[str, Any], WorkerProcess]:
     """Queue N runs, start one worker process, time first run_start .. last run_complete.
-    The worker is left running for the pickup phase."""
+    The worker is left running for the pickup phase. ``pg_statements``: the server's
+    pg_stat_statements is readable, so Postgres's work per run is read too."""
     enqueue_s = asyncio.run(enqueue_runs(url, tenant_id, agent_id, args.runs))
     say(f"enqueued {args.runs:,} runs with start_agent_run from {ENQUEUE_CONNECTIONS} "
         f"connections in {enqueue_s:.1f} s = {args.runs / enqueue_s:,.0f} runs/s")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("VACUUM ANALYZE executions, queue_tasks")
     checkpoint(url)
-    if args.pg_statements:
+    if pg_statements:
         statements.reset(url)
 
     samples: dict[str, Any] = {}
@@ -305,7 +307,7 @@ def measure_throughput(url: str, tenant_id: UUID, agent_id: UUID, args: argparse
         stop_py_spy(spy, args.py_spy)
     pg_cpu = backends_cpu_s(url, "tickwork-worker")
     pg_work = (statements.per_unit(statements.read(url, leave_out=OWN_POLLING), args.runs,
-                                   "tickwork", "run") if args.pg_statements else {})
+                                   "tickwork", "run") if pg_statements else {})
 
     verify_runs(url, args.runs)
     with psycopg.connect(url) as conn:
@@ -557,7 +559,7 @@ def pgqueuer_venv(args: argparse.Namespace, scratch: Path) -> Path:
 
 
 def measure_pgqueuer(url: str, args: argparse.Namespace, scratch: Path, *, batch: int,
-                     max_in_flight: int | None
+                     max_in_flight: int | None, pg_statements: bool
                      ) -> tuple[float | None, str | None, dict[str, Any]]:
     """(jobs/s, reason it is missing, details) of one QueueManager draining ``args.runs`` no-op
     jobs, ``batch`` per dequeue, at most ``max_in_flight`` picked at once (None: no bound, its
@@ -572,7 +574,7 @@ def measure_pgqueuer(url: str, args: argparse.Namespace, scratch: Path, *, batch
                                        capture_output=True, text=True, timeout=300)
             if installed.returncode != 0:
                 return None, f"pgq install failed: {installed.stderr.strip()[-800:]}", {}
-        if args.pg_statements and max_in_flight is None:
+        if pg_statements and max_in_flight is None:
             statements.reset(url)
         driver = scratch / "pgqueuer_driver.py"
         driver.write_text(PGQUEUER_DRIVER)
@@ -594,7 +596,7 @@ def measure_pgqueuer(url: str, args: argparse.Namespace, scratch: Path, *, batch
         f"(asyncpg, dequeue batch {batch}, {bound}) in {result['span_s']:.2f} s (first picked "
         f".. last successful in its log) = {rate:,.0f} jobs/s; {result['wall_s']:.2f} s wall; "
         f"enqueued in {result['enqueue_s']:.2f} s")
-    if args.pg_statements and max_in_flight is None:
+    if pg_statements and max_in_flight is None:
         # Its enqueue is left out, as the runs' is (they are queued before the timing starts).
         work = statements.per_unit(statements.read(url, leave_out=(PGQUEUER_ENQUEUE,)),
                                    args.runs, "pgqueuer", "job")
@@ -886,7 +888,7 @@ def main() -> None:
                                   "max_connections"))
             tenant_id, agent_id = setup(url)
             unreadable = statements.available(url)
-            args.pg_statements = unreadable is None
+            pg_statements = unreadable is None
             if unreadable:
                 say(f"no statement figures: pg_stat_statements is not readable here ({unreadable})")
 
@@ -896,7 +898,8 @@ def main() -> None:
             worker = None
             try:
                 throughput, worker = measure_throughput(url, tenant_id, agent_id, args,
-                                                        scratch / "worker.log")
+                                                        scratch / "worker.log",
+                                                        pg_statements=pg_statements)
                 figures.update(throughput)
                 figures.update(measure_pickup(url, tenant_id, agent_id, worker, args,
                                               already=args.runs))
@@ -909,7 +912,8 @@ def main() -> None:
                 # jobs in flight (it dequeues the next batch while the last runs).
                 pgq_rate, pgq_reason, pgq = measure_pgqueuer(url, args, scratch,
                                                              batch=args.concurrency,
-                                                             max_in_flight=None)
+                                                             max_in_flight=None,
+                                                             pg_statements=pg_statements)
                 if pgq_rate is None:
                     say(f"pgqueuer: no figure ({pgq_reason})")
                 if args.concurrency >= 2:
@@ -917,7 +921,7 @@ def main() -> None:
                     # (pgqueuer wants the bound at least twice the batch: batch C/2).
                     bounded_rate, bounded_reason, _ = measure_pgqueuer(
                         url, args, scratch, batch=args.concurrency // 2,
-                        max_in_flight=args.concurrency)
+                        max_in_flight=args.concurrency, pg_statements=pg_statements)
                     if bounded_rate is None:
                         say(f"pgqueuer bounded: no figure ({bounded_reason})")
 

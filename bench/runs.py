@@ -609,6 +609,38 @@ def measure_pgqueuer(url: str, args: argparse.Namespace, scratch: Path, *, batch
     return rate, None, result
 
 
+def cpu_ceilings(figures: dict[str, Any], pgq: dict[str, Any],
+                 pgq_rate: float | None) -> dict[str, Any]:
+    """What this machine's cores could give each side at the CPU each spent per unit: the
+    worker and its backends per run against pgqueuer's process and its backend per job (both
+    from /proc, so only for a server on this host). Says whether the ratio goal is out of reach
+    at this CPU per run even with every core busy, whatever the waiting between them."""
+    worker = figures.get("worker_cpu_ms_per_run")
+    backends = figures.get("pg_backend_cpu_ms_per_run")
+    process, backend = pgq.get("process_cpu_ms_per_job"), pgq.get("backend_cpu_ms_per_job")
+    if None in (worker, backends, process, backend) or not pgq_rate:
+        return {}
+    cores = os.cpu_count() or 1
+    per_run, per_job = worker + backends, process + backend
+    ceilings = {
+        "cpu_ms_per_run": round(per_run, 3),
+        "pgqueuer_cpu_ms_per_job": round(per_job, 3),
+        "cpu_ceiling_runs_per_s": round(cores * 1000 / per_run),
+        "pgqueuer_cpu_ceiling_jobs_per_s": round(cores * 1000 / per_job),
+        "ratio_of_cpu_ceilings": round(per_job / per_run, 3),
+        # The most a run may cost (worker + backends) for 1.2x pgqueuer's measured rate with
+        # every core busy on tickwork alone.
+        "goal_cpu_ms_per_run_on_every_core": round(cores * 1000 / (1.2 * pgq_rate), 3),
+    }
+    say(f"CPU per run (worker + its backends) {per_run:.3f} ms against pgqueuer's {per_job:.3f} "
+        f"per job: {cores} cores give at most {ceilings['cpu_ceiling_runs_per_s']:,} runs/s "
+        f"against {ceilings['pgqueuer_cpu_ceiling_jobs_per_s']:,} jobs/s "
+        f"({ceilings['ratio_of_cpu_ceilings']:.2f}x); 1.2x pgqueuer's {pgq_rate:,.0f} jobs/s "
+        f"would need at most {ceilings['goal_cpu_ms_per_run_on_every_core']:.3f} ms per run "
+        f"with every core busy")
+    return ceilings
+
+
 # --- where a worker's time goes (--profile-runs) -------------------------------------------------
 
 class StatementCounter:
@@ -939,6 +971,7 @@ def main() -> None:
         f"{args.concurrency}; {floor_1:,.0f} rows/s at batch 1)"
         + (f", {ratio:.2f}x pgqueuer ({pgq_rate:,.0f} jobs/s); goal 1.2x" if ratio else "")
         + f"; pickup p50 {figures['pickup_p50_ms']} ms (goal 3 ms)")
+    ceilings = cpu_ceilings(figures, pgq, pgq_rate)
     result = {
         "runs_per_s": figures["runs_per_s"],
         "events_per_s": figures["events_per_s"],
@@ -951,6 +984,10 @@ def main() -> None:
         # same two cores can give each.
         "pgqueuer_process_cpu_ms_per_job": pgq.get("process_cpu_ms_per_job"),
         "pgqueuer_backend_cpu_ms_per_job": pgq.get("backend_cpu_ms_per_job"),
+        **{key: ceilings.get(key) for key in (
+            "cpu_ms_per_run", "pgqueuer_cpu_ms_per_job", "cpu_ceiling_runs_per_s",
+            "pgqueuer_cpu_ceiling_jobs_per_s", "ratio_of_cpu_ceilings",
+            "goal_cpu_ms_per_run_on_every_core")},
         "pgqueuer_bounded_jobs_per_s": round(bounded_rate, 1) if bounded_rate else None,
         "ratio_vs_pgqueuer_bounded": bounded_ratio,
         "ratio_vs_floor": round(figures["runs_per_s"] / floor, 3),

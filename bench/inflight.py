@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psycopg  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
-from scratch import (WorkerProcess, describe_server, machine_cpu, process_cpu_s, say,  # noqa: E402
-                     scratch_database)
+from scratch import (WorkerProcess, busy_pct, describe_server, machine_cpu,  # noqa: E402
+                     process_cpu_s, say, scratch_database)
 from tickwork.sql.ids import new_id  # noqa: E402
 from tickwork.sql.migrate import migrate  # noqa: E402
 from tickwork.worker.tools.publish import publish_catalog  # noqa: E402
@@ -140,20 +140,15 @@ class CpuTimeline:
     def between(self, start: float, end: float) -> dict[str, float | None]:
         """% of one core the worker and its backends used from ``start`` to ``end``
         (monotonic), and how busy the whole machine was, from the samples nearest them."""
-        if len(self.samples) < 2:
-            return {"worker_cpu_pct": None, "backends_cpu_pct": None, "machine_busy_pct": None}
-        first = min(self.samples, key=lambda s: abs(s[0] - start))
-        last = min(self.samples, key=lambda s: abs(s[0] - end))
-        span = last[0] - first[0]
-        if span <= 0:
+        first = min(self.samples, key=lambda s: abs(s[0] - start), default=None)
+        last = min(self.samples, key=lambda s: abs(s[0] - end), default=None)
+        span = last[0] - first[0] if first and last else 0.0
+        if span <= 0:  # fewer than two samples inside the phase
             return {"worker_cpu_pct": None, "backends_cpu_pct": None, "machine_busy_pct": None}
         backends = (None if first[2] is None or last[2] is None
                     else round(100 * (last[2] - first[2]) / span, 1))
-        machine = None
-        if first[3] is not None and last[3] is not None and last[3][1] > first[3][1]:
-            machine = round(100 * (last[3][0] - first[3][0]) / (last[3][1] - first[3][1]), 1)
         return {"worker_cpu_pct": round(100 * (last[1] - first[1]) / span, 1),
-                "backends_cpu_pct": backends, "machine_busy_pct": machine}
+                "backends_cpu_pct": backends, "machine_busy_pct": busy_pct(first[3], last[3])}
 
 
 def wait_for_worker(url: str, worker: WorkerProcess) -> None:

@@ -5,6 +5,7 @@ is refused (42501) what it has no business doing, and the narrow definer functio
 from __future__ import annotations
 
 import dataclasses
+import secrets
 from datetime import datetime, timedelta, timezone
 
 import httpx
@@ -24,15 +25,22 @@ from tests.integration.workers import running_worker, scalar, until
 ROLES = ("tickwork_scheduler", "tickwork_worker", "tickwork_api")
 
 
+# The roles' password, given when this session creates them. The suite's embedded Postgres asks
+# every connection for a password (scram-sha-256), so a role made without one could never log
+# in there; a server that trusts its clients (the machine's) ignores it. A role that exists
+# already is left as its operator made it.
+ROLE_PASSWORD = secrets.token_urlsafe(16)
+
+
 @pytest.fixture
 def granted(db_url, pg_server_url):
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         for role in ROLES:  # roles are cluster-wide; create them once, as an operator would
             conn.execute(f"DO $$BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = "
                          f"'{role}') THEN CREATE ROLE {role} LOGIN NOSUPERUSER NOCREATEDB "
-                         f"NOCREATEROLE NOREPLICATION; END IF; END$$")
+                         f"NOCREATEROLE NOREPLICATION PASSWORD '{ROLE_PASSWORD}'; END IF; END$$")
     apply_grants(db_url)
-    return {role: make_conninfo(db_url, user=role) for role in ROLES}
+    return {role: make_conninfo(db_url, user=role, password=ROLE_PASSWORD) for role in ROLES}
 
 
 A_UUID = "'00000000-0000-0000-0000-000000000001'"

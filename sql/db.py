@@ -15,13 +15,14 @@ from psycopg.types.json import set_json_loads
 from psycopg.rows import dict_row
 import structlog
 from psycopg_pool import AsyncConnectionPool
-from pydantic import model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from tickwork.sql import QUERIES
 from tickwork.sql.errors import Conflict, InvalidInput, TickworkError
 from tickwork.sql.pool import Pool, hung_up, once_more  # noqa: F401 (importable here as before)
+from tickwork.sql.start_up import async_start_up_tries, start_up_tries
 
 log = structlog.get_logger()
 
@@ -39,6 +40,9 @@ class DatabaseSettings(BaseSettings):
     # connection pooler in transaction mode that does not track prepared statements (PgBouncer
     # before 1.21, or one with max_prepared_statements = 0): then nothing is prepared.
     prepared_statements: bool = True
+    # How long a starting process waits for Postgres to accept it (sql/start_up.py), logging
+    # each failed try, before it exits with the reason. 0: one try.
+    database_wait_s: float = Field(60.0, ge=0, le=86_400, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _sizes_fit(self) -> "DatabaseSettings":
@@ -95,27 +99,48 @@ def connect_kwargs(application_name: str, *, prepared_statements: bool = True) -
 
 async def open_pool(url: str, *, application_name: str, min_size: int = 1,
                     max_size: int = 10, check: bool = False) -> Pool:
-    """Open the process's pool and wait until one connection works (retrying while Postgres
-    starts). Every checkout replaces a connection the server has hung up on, and every
-    statement checks again before it is sent (sql/pool.py), for free; ``check`` adds
-    psycopg_pool's round-trip test on top (not needed by our processes)."""
-    pool = Pool(url, min_size=min_size, max_size=max_size, open=False,
-                kwargs=connect_kwargs(application_name,
-                                      prepared_statements=DatabaseSettings().prepared_statements),
-                check=AsyncConnectionPool.check_connection if check else None)
-    await _open_with_retry(pool)
-    return pool
+    """Open the process's pool once Postgres accepts a connection (waiting for it as a
+    starting process does, sql/start_up.py), and wait until min_size connections work. Every
+    checkout replaces a connection the server has hung up on, and every statement checks again
+    before it is sent (sql/pool.py), for free; ``check`` adds psycopg_pool's round-trip test on
+    top (not needed by our processes)."""
+    settings = DatabaseSettings()
+    kwargs = connect_kwargs(application_name, prepared_statements=settings.prepared_statements)
+    async for attempt in async_start_up_tries("open the connection pool",
+                                              settings.database_wait_s):
+        with attempt:
+            # One connection of our own first: it fails at once with the server's reason,
+            # where a pool that cannot fill says only that it timed out.
+            await (await psycopg.AsyncConnection.connect(url, **kwargs)).close()
+            # A pool that timed out is closed for good (psycopg_pool), so each try has its own.
+            pool = Pool(url, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs,
+                        check=AsyncConnectionPool.check_connection if check else None)
+            try:
+                await pool.open(wait=True, timeout=POOL_FILL_WAIT_S)
+            except BaseException:
+                await pool.close()
+                raise
+            return pool
+    raise AssertionError("unreachable: the tries end in a pool or DatabaseUnreachable")
+
+
+# How long one try waits for the pool's first min_size connections, once one of our own worked.
+POOL_FILL_WAIT_S = 10.0
+
+
+def connect_when_up(url: str, what: str, **kwargs: Any) -> psycopg.Connection:
+    """A blocking connection for a starting process's first step (migrations, the tool
+    catalog), waiting for Postgres as open_pool does. ``what`` completes "could not connect
+    to Postgres to …"."""
+    for attempt in start_up_tries(what, DatabaseSettings().database_wait_s):
+        with attempt:
+            return psycopg.connect(url, **kwargs)
+    raise AssertionError("unreachable: the tries end in a connection or DatabaseUnreachable")
 
 
 def pool_sizes(settings: DatabaseSettings) -> dict[str, int]:
     """open_pool's size arguments from the operator's settings (TICKWORK_POOL_*_SIZE)."""
     return {"min_size": settings.pool_min_size, "max_size": settings.pool_max_size}
-
-
-@retry(retry=retry_if_exception_type(psycopg.OperationalError),
-       wait=wait_exponential(multiplier=0.2, max=2), stop=stop_after_delay(30), reraise=True)
-async def _open_with_retry(pool: AsyncConnectionPool) -> None:
-    await pool.open(wait=True, timeout=10)
 
 
 def reconnecting(function):

@@ -14,6 +14,8 @@ from pathlib import Path
 import psycopg
 import structlog
 
+from tickwork.sql.db import connect_when_up
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 GRANTS_FILE = Path(__file__).parent / "grants.sql"
 # An arbitrary constant: the key of tickwork's migration lock.
@@ -39,7 +41,8 @@ def list_migrations(directory: Path = MIGRATIONS_DIR) -> list[Migration]:
 def migrate(url: str, *, application_name: str = "tickwork-migrate") -> list[str]:
     """Apply every pending migration; return the versions this call applied."""
     applied: list[str] = []
-    with psycopg.connect(url, application_name=application_name, prepare_threshold=None) as conn:
+    with connect_when_up(url, "apply the migrations", application_name=application_name,
+                         prepare_threshold=None) as conn:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK_KEY,))
             conn.execute("""CREATE TABLE IF NOT EXISTS schema_migrations (

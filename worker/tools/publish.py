@@ -6,15 +6,14 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from tickwork.sql import QUERIES
-from tickwork.sql.db import reconnecting
+from tickwork.sql.db import connect_when_up
 from tickwork.worker.tools.registry import ToolSpec, catalog
 
 
-# A worker started while Postgres restarts waits for it instead of exiting (an idempotent upsert).
-@reconnecting
 def publish_catalog(url: str, specs: list[ToolSpec] | None = None) -> int:
+    # A worker started before Postgres, or while it restarts, waits for it (sql/start_up.py).
     specs = catalog() if specs is None else specs
-    with psycopg.connect(url, prepare_threshold=None) as conn:
+    with connect_when_up(url, "publish the tool catalog", prepare_threshold=None) as conn:
         with conn.cursor() as cursor:
             cursor.executemany(QUERIES["upsert_tool"], [
                 {"key": s.key, "tool_class": s.tool_class, "is_local": s.is_local,

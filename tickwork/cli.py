@@ -5,18 +5,22 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from typing import Optional
 
+import psycopg
 import typer
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import ValidationError
 
 from tickwork.scheduler.serialize import parse_utc
 from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.sql.db import DatabaseSettings
 from tickwork.sql.errors import TickworkError
+from tickwork.sql.start_up import DatabaseUnreachable, first_line
 from tickwork import cli_help, cli_resources, cli_webhooks
 from tickwork.cli_resources import JSON_OPTION, print_items
-from tickwork.client import fail
+from tickwork.client import fail, say_error
 from tickwork.logs import configure_logging
 
 cli_help.install()
@@ -37,6 +41,16 @@ def database_url() -> str:
     if not url:
         fail("set TICKWORK_DATABASE_URL to a Postgres URL (or use `tickwork up`, which starts an "
              "embedded Postgres)")
+    return parsed_database_url(url)
+
+
+def parsed_database_url(url: str) -> str:
+    """``url`` once libpq can read it; else one sentence (not a traceback from the first try)."""
+    try:
+        conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        fail(f"TICKWORK_DATABASE_URL is not a Postgres URL (postgresql://user@host:5432/dbname or "
+             f"key=value pairs): {first_line(exc)}")
     return url
 
 
@@ -199,12 +213,20 @@ def up(port: int = typer.Option(8080, help="Port of the API and the viewer."),
     from tickwork.local import run_up
 
     configure_logging("warning")
-    run_up(os.environ.get("TICKWORK_DATABASE_URL", ""), host=host, port=port,
+    url = os.environ.get("TICKWORK_DATABASE_URL", "")
+    run_up(url and parsed_database_url(url), host=host, port=port,
            migrate_and_publish=migrate_and_publish)
 
 
 def main() -> None:
-    app()
+    try:
+        app()
+    except psycopg.OperationalError as exc:
+        # Postgres not there at start-up (DatabaseUnreachable says how long it was waited for),
+        # or lost past what was retried: the reason in one sentence, not a traceback.
+        say_error(str(exc) if isinstance(exc, DatabaseUnreachable)
+                  else f"the connection to Postgres failed: {first_line(exc)}")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -95,9 +95,13 @@ def _json_or_none(response: httpx.Response) -> Any:
         return None
 
 
-def fail(message: str, code: int = 1) -> None:
+def say_error(message: str) -> None:
     # The message can quote what a model or a person typed: printed as text, never markup.
     # soft_wrap: one sentence stays one line (a script or a test reads it whole).
     err.print(Text.assemble(("error:", "red"), " ", safe(message)), highlight=False,
               soft_wrap=True)
+
+
+def fail(message: str, code: int = 1) -> None:
+    say_error(message)
     raise typer.Exit(code)

@@ -97,6 +97,10 @@ def connect_kwargs(application_name: str, *, prepared_statements: bool = True) -
     }
 
 
+# How long one try waits for the pool's first min_size connections, once one of our own worked.
+POOL_FILL_WAIT_S = 10.0
+
+
 async def open_pool(url: str, *, application_name: str, min_size: int = 1,
                     max_size: int = 10, check: bool = False) -> Pool:
     """Open the process's pool once Postgres accepts a connection (waiting for it as a
@@ -122,10 +126,6 @@ async def open_pool(url: str, *, application_name: str, min_size: int = 1,
                 raise
             return pool
     raise AssertionError("unreachable: the tries end in a pool or DatabaseUnreachable")
-
-
-# How long one try waits for the pool's first min_size connections, once one of our own worked.
-POOL_FILL_WAIT_S = 10.0
 
 
 def connect_when_up(url: str, what: str, **kwargs: Any) -> psycopg.Connection:

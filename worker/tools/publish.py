@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import psycopg
 from psycopg.types.json import Jsonb
 
 from tickwork.sql import QUERIES

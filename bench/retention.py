@@ -256,7 +256,8 @@ async def measure(url: str, tenant_id: UUID, agent_id: UUID, args: argparse.Name
 async def backends_cpu(url: str) -> dict[int, float | None]:
     """CPU seconds so far of each Postgres backend serving retention's pool, by pid."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+        cur = await conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+                                 " AND datname = current_database()",
                                  (APPLICATION,))
         return {pid: process_cpu_s(pid) for (pid,) in await cur.fetchall()}
 

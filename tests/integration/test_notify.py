@@ -109,7 +109,8 @@ async def test_a_tail_follows_a_wake_up_that_names_several_runs(api, pool, db_ur
         async with hub.subscribe(run_ids[0], 0) as first, hub.subscribe(run_ids[1], 0) as second:
             # The api fixture's hub and this one (a notification before it listens is lost).
             await until(db_url, "SELECT count(*) >= 2 FROM pg_stat_activity WHERE application_name"
-                                " = 'tickwork-api-listen' AND state = 'idle'")
+                                " = 'tickwork-api-listen' AND state = 'idle'"
+                                " AND datname = current_database()")
             changed = [first.changed, second.changed]
             with psycopg.connect(db_url, autocommit=True) as conn:
                 for run_id in run_ids:

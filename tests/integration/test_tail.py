@@ -149,11 +149,14 @@ async def test_a_lost_listen_connection_is_replaced_and_nothing_is_skipped(api, 
     async with client(live_api) as http:
         tail = asyncio.create_task(read_all(http, run_id))
         # Both apps' hubs listen from startup: the in-process client's and the served one's.
+        # Only this test's database: another tickwork on the same server has listeners too.
         await until(db_url, "SELECT count(*) = 2 FROM pg_stat_activity"
-                            " WHERE application_name = 'tickwork-api-listen'")
+                            " WHERE datname = current_database()"
+                            " AND application_name = 'tickwork-api-listen'")
         with psycopg.connect(db_url, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                         " WHERE application_name = 'tickwork-api-listen'")
+                         " WHERE datname = current_database()"
+                         " AND application_name = 'tickwork-api-listen'")
         async with running_worker(pool, db_url):
             got = await asyncio.wait_for(tail, 60)
     assert got == await events(api, run_id)

@@ -59,6 +59,7 @@ class Loop:
     token_budget: int = 0  # tokens (in + out) a run may spend; 0: no budget
     keep_turns: int = 3  # turns whose tool results are sent whole
     monotonic: Callable[[], float] = time.monotonic
+    call_prefix: str = "call"  # how this attempt names its calls (worker/continuation.py)
 
 
 async def run_agent(state: RunState, loop: Loop) -> RunOutcome | Suspension:
@@ -72,7 +73,7 @@ async def run_agent(state: RunState, loop: Loop) -> RunOutcome | Suspension:
         except ContextExhausted as exc:
             return RunOutcome("failed", "failed", str(exc), last_answer(state))
         state.model_turns += 1
-        calls = harness_named(reply.tool_calls, step)  # before anything keys on an id
+        calls = harness_named(reply.tool_calls, step, loop.call_prefix)  # before anything keys on an id
         record_reply(loop.journal, reply, step)
         state.messages.append(Message("assistant", reply.text, calls))
         if not calls:

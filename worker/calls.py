@@ -44,11 +44,12 @@ class CallPolicy:
     store_result: Callable[[str, str, bool], Awaitable[None]]
 
 
-def harness_named(calls: list[ToolCall], step: int) -> list[ToolCall]:
-    """The reply's calls renamed call_{step}_{index}: the step's seq is unique within the run
-    (across turns and resumes), so every name is too, short and URL-safe. The model's own id
-    stays in provider_id, for logs and the journal only."""
-    return [ToolCall(f"call_{step}_{index}", call.name, call.arguments,
+def harness_named(calls: list[ToolCall], step: int, prefix: str = "call") -> list[ToolCall]:
+    """The reply's calls renamed {prefix}_{step}_{index}: the step's seq is unique within the
+    run (across turns and resumes), and a retry's prefix carries its attempt
+    (worker/continuation.py), so every name is unique in the run chain too, short and URL-safe.
+    The model's own id stays in provider_id, for logs and the journal only."""
+    return [ToolCall(f"{prefix}_{step}_{index}", call.name, call.arguments,
                      provider_id=(str(call.id)[:PROVIDER_ID_CHARS] if call.id else None))
             for index, call in enumerate(calls)]
 

@@ -22,6 +22,7 @@ from tickwork.worker import tracing
 from tickwork.worker.agent_loop import ROOT_SEQ, RunOutcome, Suspension, run_agent, run_pending
 from tickwork.worker.approval_pause import apply_decision, state_at_rest, suspend
 from tickwork.worker.claim import ClaimedRun, LeasedTask, claim_resume
+from tickwork.worker.continuation import load_chain, rebuild_state
 from tickwork.worker.redact import journal_json, redact
 from tickwork.worker.run_queries import fail_if_timed_out, remove_agent_schedules
 from tickwork.worker.run_log import RunLog
@@ -116,20 +117,30 @@ async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
         await remove_agent_schedules(deps.pool, run.agent_id)
         return RunOutcome("failed", "failed", f"agent {run.agent_id} no longer exists; "
                           "its schedules were removed", "")
-    if run.resume is None:
+    chain = await load_chain(deps.pool, run.id, run.attempt)
+    if run.resume is not None:  # CorruptState fails the run in-band
+        state = RunState.from_state(run.resume.saved_state)
+    else:
         state = RunState.start(run.agent.instructions, run.input,
                                units=deps.settings.continuation_units)
-    else:  # CorruptState fails the run in-band
-        state = RunState.from_state(run.resume.saved_state)
+        if chain.earlier:  # a retry continues where the attempts before it stopped
+            toolset = deps.toolset(run.agent.tools)
+            state = await rebuild_state(deps.pool, chain, state, walls=deps.walls,
+                                        spec_of=lambda name: toolset.specs.get(name))
     held["state"] = state
-    loop = build_loop(run, run.agent, state, journal, deps)
+    loop = build_loop(run, run.agent, state, journal, deps, chain)
     if run.resume is not None:
         await apply_decision(run.resume, state, loop)
+    elif state.pending is not None:  # the last turn's calls whose results are not known
+        state.pending.step = journal.emit("step_start", {
+            "turn": state.model_turns, "continues": str(chain.earlier[-1]),
+            "calls": [call.id for call in state.pending.calls]}, parent=ROOT_SEQ)
+    paused = None
+    if state.pending is not None:
         paused = await run_pending(state, loop)
         if paused is None:
             await journal.flush()
-            paused = await run_agent(state, loop)
-    else:
+    if paused is None:
         paused = await run_agent(state, loop)
     if isinstance(paused, Suspension):
         await suspend(run, state, journal, paused)

@@ -12,6 +12,7 @@ from tickwork.sql.journal import JournalWriter, RunJournal
 from tickwork.worker.agent_loop import Loop
 from tickwork.worker.calls import CallPolicy
 from tickwork.worker.claim import AgentDefinition, ClaimedRun
+from tickwork.worker.continuation import Chain, call_prefix
 from tickwork.worker.model import ModelProvider
 from tickwork.worker.redact import redact
 from tickwork.worker.run_queries import store_result, stored_result
@@ -66,22 +67,26 @@ class RunDeps:
 
 
 def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal: RunJournal,
-               deps: RunDeps) -> Loop:
-    s, pool, execution_id = deps.settings, deps.pool, run.id
-    toolbox = ToolBox(deps.toolset(agent.tools), pool=pool, execution_id=execution_id,
+               deps: RunDeps, chain: Chain | None = None) -> Loop:
+    s, pool = deps.settings, deps.pool
+    # The tool-call store is the chain's: a call an earlier attempt completed is replayed.
+    root = (chain or Chain.alone(run.id)).root
+    toolbox = ToolBox(deps.toolset(agent.tools), pool=pool, execution_id=run.id,
                       plan=state.plan, offload_threshold=s.offload_threshold_chars,
                       preview_chars=s.offload_preview_chars, redact=redact,
-                      tool_timeout=s.tool_timeout_seconds, query_limits=deps.query_limits)
+                      tool_timeout=s.tool_timeout_seconds, query_limits=deps.query_limits,
+                      chain_root=root)
     policy = CallPolicy(walls=deps.walls, auto_approve=frozenset(agent.auto_approve),
-                        stored_result=lambda call_id: stored_result(pool, execution_id, call_id),
+                        stored_result=lambda call_id: stored_result(pool, root, call_id),
                         store_result=lambda call_id, text, ok: store_result(
-                            pool, execution_id, call_id, text, ok))
+                            pool, root, call_id, text, ok))
     return Loop(run_input=run.input, provider=deps.provider, toolbox=toolbox,
                 journal=journal, policy=policy,
                 gate=deps.gate,
                 max_turns=s.max_model_turns,
                 cancel_requested=lambda: _cancel_requested(journal),
-                token_budget=s.token_budget, keep_turns=s.context_keep_turns)
+                token_budget=s.token_budget, keep_turns=s.context_keep_turns,
+                call_prefix=call_prefix(run.attempt))
 
 
 async def _cancel_requested(journal: RunJournal) -> bool:

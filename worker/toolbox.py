@@ -77,12 +77,15 @@ class ToolBox:
                  pool: AsyncConnectionPool, execution_id: UUID, plan: dict[str, Any],
                  offload_threshold: int, preview_chars: int,
                  redact: Callable[[Any], Any], tool_timeout: float = 60.0,
-                 query_limits: QueryLimits | None = None) -> None:
+                 query_limits: QueryLimits | None = None, chain_root: UUID | None = None) -> None:
         self._tools = tools
         self._specs = tools.specs
         self._timeout = tool_timeout
         self._query_limits = query_limits or QueryLimits()
         self._pool, self._execution_id, self._plan = pool, execution_id, plan
+        # The run chain's first attempt: its id keys the offloaded results every attempt can
+        # read and the idempotency keys vendors see (worker/continuation.py).
+        self._root = chain_root or execution_id
         self._threshold, self._preview, self._redact = offload_threshold, preview_chars, redact
 
     def schemas(self) -> list[ToolSchema]:
@@ -100,7 +103,7 @@ class ToolBox:
         except ValueError as exc:
             return ToolOutcome(refusal(spec.key, f"the arguments do not fit ({exc})",
                                        "call it again with arguments matching its schema"), False)
-        outcome = await self._run(spec, arguments, step)
+        outcome = await self._run(spec, arguments, call.id)
         outcome.duration_ms = round((time.perf_counter() - started) * 1000, 1)
         return outcome
 
@@ -113,13 +116,13 @@ class ToolBox:
             first = exc.errors()[0]
             raise ValueError(f"{'.'.join(map(str, first['loc'])) or 'arguments'}: {first['msg']}")
 
-    async def _run(self, spec: ToolSpec, arguments: dict[str, Any], step: int) -> ToolOutcome:
+    async def _run(self, spec: ToolSpec, arguments: dict[str, Any], call_id: str) -> ToolOutcome:
         # A connection per statement, never for the whole call: a vendor's wait or
         # query_file's child process (up to its time limit) holds none.
         conn = PerStatement(self._pool)
         try:
-            value = await self._invoke(spec, arguments, conn, step)
-            text = await maybe_offload(conn, execution_id=self._execution_id, tool=spec.key,
+            value = await self._invoke(spec, arguments, conn, call_id)
+            text = await maybe_offload(conn, execution_id=self._root, tool=spec.key,
                                        value=self._redact(value), threshold=self._threshold,
                                        preview_chars=self._preview)
         except local.ToolInputError as exc:
@@ -129,13 +132,15 @@ class ToolBox:
             return ToolOutcome(json.dumps({"error": message}), False)
         return ToolOutcome(text, True)
 
-    async def _invoke(self, spec: ToolSpec, arguments: dict[str, Any], conn: Any, step: int) -> Any:
+    async def _invoke(self, spec: ToolSpec, arguments: dict[str, Any], conn: Any,
+                      call_id: str) -> Any:
         if spec.is_local:  # run here, in the worker, never metered (worker/tools/local.py)
             return await spec.function(local.LocalContext(
-                conn, self._execution_id, self._plan, max_chars=self._threshold,
+                conn, self._root, self._plan, max_chars=self._threshold,
                 query_limits=self._query_limits), **arguments)
-        context = ToolContext(conn, self._execution_id, f"{self._execution_id}:{step}",
-                              self._pool)
+        # One key per call, the same in every attempt of the chain: a vendor can deduplicate
+        # a call that a retry makes again because its result was never recorded.
+        context = ToolContext(conn, self._execution_id, f"{self._root}:{call_id}", self._pool)
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the call's result
             # when the run is cancelled just as the call finishes, and the cancel is lost.

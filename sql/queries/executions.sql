@@ -385,3 +385,18 @@ SELECT date_trunc('minute', created_at) AS minute,
 -- hangs off them (retention_delete_runs, migration 0037). Returns how many went.
 SELECT retention_delete_runs(coalesce(%(now)s::timestamptz, now()) - make_interval(days => %(days)s),
                              %(limit)s) AS deleted;
+
+-- name: list_earlier_attempts
+-- The attempts a retry replaces, oldest first: the chain of retry_of links up from this run
+-- (a chain is a handful of rows: each retry has one retry_of, unique). The first is the
+-- chain's root, whose id keys the chain's tool-call store and its vendors' idempotency keys.
+WITH RECURSIVE chain AS (
+    SELECT retry_of AS id, 1 AS depth FROM executions WHERE id = %(execution_id)s
+    UNION ALL
+    SELECT e.retry_of, c.depth + 1
+      FROM chain c JOIN executions e ON e.id = c.id
+     WHERE e.retry_of IS NOT NULL AND c.depth < 1000
+)
+SELECT e.id, e.attempt
+  FROM chain c JOIN executions e ON e.id = c.id
+ ORDER BY e.attempt, e.created_at;

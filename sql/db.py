@@ -33,6 +33,11 @@ class DatabaseSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore")
 
     database_url: str = ""
+    # A direct connection to Postgres for what needs a session of its own: LISTEN (the
+    # workers', the API's tails', the webhook deliverer's wake-ups) and the worker's presence
+    # lock. Empty: the main URL. Set it when the main URL is a pooler in transaction mode
+    # (PgBouncer), which neither delivers notifications nor keeps session locks.
+    listen_database_url: str = ""
     # Every long-running process (API, scheduler, worker) opens its one pool with these.
     pool_min_size: int = 1
     pool_max_size: int = 10
@@ -51,6 +56,10 @@ class DatabaseSettings(BaseSettings):
                 f"pool sizes must satisfy 0 <= pool_min_size <= pool_max_size and "
                 f"pool_max_size >= 1 (got {self.pool_min_size} and {self.pool_max_size})")
         return self
+
+    def listen_url(self, main_url: str) -> str:
+        """Where a process LISTENs and holds session locks: the direct URL, else the main one."""
+        return self.listen_database_url or main_url
 
 
 # jsonb read with orjson (a claimed run's input is parsed for every run: the standard library's

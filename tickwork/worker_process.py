@@ -52,7 +52,9 @@ async def build_worker(url: str, settings: WorkerSettings) -> Worker:
     # its statements runs, never while its model or a tool works.
     pool = await open_pool(url, application_name="tickwork-worker",
                            **pool_sizes(DatabaseSettings()))
-    return Worker(worker_deps(pool, settings, specs=specs), url)
+    # LISTEN and the presence lock need a session of their own: the direct URL when the main
+    # one is a pooler in transaction mode.
+    return Worker(worker_deps(pool, settings, specs=specs), DatabaseSettings().listen_url(url))
 
 
 async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event | None = None,

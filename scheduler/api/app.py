@@ -23,7 +23,7 @@ from tickwork.scheduler.api.throttle import AuthThrottle
 from tickwork.scheduler.metrics import AppMetrics
 from tickwork.scheduler.run_batch import RunStartBatcher
 from tickwork.scheduler.settings import SchedulerSettings, parse_networks
-from tickwork.sql.db import open_pool
+from tickwork.sql.db import DatabaseSettings, open_pool
 from tickwork.sql.notify import Notifier
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -33,7 +33,7 @@ def start_hub(app: FastAPI) -> None:
     """The process's one event hub (one LISTEN connection for every tail), started with the app.
     It reads across tenants: each tail checked its reader's tenant before subscribing."""
     pool = AllTenantsPool(app.state.pool)
-    app.state.hub = EventHub(pool, pool.conninfo,
+    app.state.hub = EventHub(pool, DatabaseSettings().listen_url(pool.conninfo),
                              poll_seconds=app.state.settings.tail_poll_seconds)
     app.state.hub.start()
     app.state.revocation_watch = RevocationWatch(app.state.pool)

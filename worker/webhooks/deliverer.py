@@ -21,7 +21,7 @@ import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES
-from tickwork.sql.db import listen_forever
+from tickwork.sql.db import DatabaseSettings, listen_forever
 from tickwork.worker.webhooks.address_guard import refusal
 from tickwork.worker.webhooks.policy import HORIZON_SECONDS, delivery_body, headers, retry_delay
 from tickwork.worker.webhooks.settings import WebhookSettings
@@ -171,7 +171,7 @@ async def serve_deliverer(url: str, settings: WebhookSettings, stop: asyncio.Eve
     from tickwork.sql.db import open_pool
 
     pool = await open_pool(url, application_name="tickwork-webhooks", max_size=2, check=False)
-    deliverer = Deliverer(pool, settings, database_url=url)
+    deliverer = Deliverer(pool, settings, database_url=DatabaseSettings().listen_url(url))
     try:
         await deliverer.run(stop)
     finally:

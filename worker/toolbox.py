@@ -31,15 +31,22 @@ from tickwork.worker.tools.sandbox import QueryLimits
 
 @dataclass
 class ToolContext:
-    """What a vendor tool receives besides its arguments. ``conn`` runs each statement on a
-    pooled connection taken for that statement only (sql.db.PerStatement): no connection is
-    held while the tool waits on anything else; ``pool`` is there for a tool that needs a
-    transaction."""
+    """What a vendor tool receives besides its arguments (the public face for plugin authors:
+    ``tickwork.ToolContext``).
+
+    - ``tenant_id``: the tenant whose run made the call; act for this tenant only.
+    - ``execution_id``: the run (this attempt of it).
+    - ``idempotency_key``: one per call, the same in every attempt of the run's chain: pass it
+      to a vendor that deduplicates, so a call made again after a crash has one effect.
+    - ``conn`` runs each statement on a pooled connection taken for that statement only
+      (sql.db.PerStatement): no connection is held while the tool waits on anything else;
+      ``pool`` is there for a tool that needs a transaction."""
 
     conn: Any
     execution_id: UUID
     idempotency_key: str
     pool: AsyncConnectionPool | None = None
+    tenant_id: UUID | None = None
 
 
 @dataclass
@@ -77,7 +84,8 @@ class ToolBox:
                  pool: AsyncConnectionPool, execution_id: UUID, plan: dict[str, Any],
                  offload_threshold: int, preview_chars: int,
                  redact: Callable[[Any], Any], tool_timeout: float = 60.0,
-                 query_limits: QueryLimits | None = None, chain_root: UUID | None = None) -> None:
+                 query_limits: QueryLimits | None = None, chain_root: UUID | None = None,
+                 tenant_id: UUID | None = None) -> None:
         self._tools = tools
         self._specs = tools.specs
         self._timeout = tool_timeout
@@ -86,6 +94,7 @@ class ToolBox:
         # The run chain's first attempt: its id keys the offloaded results every attempt can
         # read and the idempotency keys vendors see (worker/continuation.py).
         self._root = chain_root or execution_id
+        self._tenant_id = tenant_id
         self._threshold, self._preview, self._redact = offload_threshold, preview_chars, redact
 
     def schemas(self) -> list[ToolSchema]:
@@ -140,7 +149,8 @@ class ToolBox:
                 query_limits=self._query_limits), **arguments)
         # One key per call, the same in every attempt of the chain: a vendor can deduplicate
         # a call that a retry makes again because its result was never recorded.
-        context = ToolContext(conn, self._execution_id, f"{self._root}:{call_id}", self._pool)
+        context = ToolContext(conn, self._execution_id, f"{self._root}:{call_id}", self._pool,
+                              tenant_id=self._tenant_id)
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the call's result
             # when the run is cancelled just as the call finishes, and the cancel is lost.

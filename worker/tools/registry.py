@@ -1,7 +1,8 @@
 """The tool catalog: vendor packages discovered by convention, schemas derived from type hints.
 
-A vendor is a package under ``worker/vendors/``; each function it marks with ``@tool`` becomes
-``vendor.function``. Nothing lists vendors centrally: adding a folder adds its tools.
+A vendor is a package under ``worker/vendors/``, or an installed distribution's entry point in
+the group ``tickwork.vendors`` (worker/tools/plugins.py); each function it marks with ``@tool``
+becomes ``vendor.function``. Nothing lists vendors centrally: adding a folder adds its tools.
 """
 
 from __future__ import annotations
@@ -76,14 +77,20 @@ def vendor_tools(package: str = "tickwork.worker.vendors") -> list[ToolSpec]:
     specs: list[ToolSpec] = []
     root = importlib.import_module(package)
     for info in pkgutil.iter_modules(root.__path__):
-        module = importlib.import_module(f"{package}.{info.name}")
-        for name, function in inspect.getmembers(module, inspect.isfunction):
-            tool_class = getattr(function, _MARK, None)
-            if tool_class is not None:
-                specs.append(ToolSpec(f"{info.name}.{name}", tool_class, False,
-                                      inspect.getdoc(function) or "", parameters_schema(function),
-                                      function, arguments_model(function),
-                                      getattr(function, _APPROVAL, None)))
+        specs += module_tools(info.name, importlib.import_module(f"{package}.{info.name}"))
+    return specs
+
+
+def module_tools(vendor: str, module: Any) -> list[ToolSpec]:
+    """The ``@tool`` functions of one vendor's module, as ``vendor.function``."""
+    specs = []
+    for name, function in inspect.getmembers(module, inspect.isfunction):
+        tool_class = getattr(function, _MARK, None)
+        if tool_class is not None:
+            specs.append(ToolSpec(f"{vendor}.{name}", tool_class, False,
+                                  inspect.getdoc(function) or "", parameters_schema(function),
+                                  function, arguments_model(function),
+                                  getattr(function, _APPROVAL, None)))
     return specs
 
 
@@ -96,4 +103,10 @@ def local_tools() -> list[ToolSpec]:
 
 
 def catalog() -> list[ToolSpec]:
-    return sorted(local_tools() + vendor_tools(), key=lambda spec: spec.key)
+    """Every tool a worker offers: local ones, built-in vendors, then installed plugins (a
+    plugin never replaces a tool that is already there)."""
+    from tickwork.worker.tools.plugins import plugin_tools
+
+    built_in = local_tools() + vendor_tools()
+    return sorted(built_in + plugin_tools(taken={spec.key for spec in built_in}),
+                  key=lambda spec: spec.key)

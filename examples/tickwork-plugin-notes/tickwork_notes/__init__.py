@@ -1,0 +1,1 @@
+"""An example tickwork vendor plugin (see tools.py)."""

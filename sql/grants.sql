@@ -93,6 +93,8 @@ BEGIN
         -- them; it claims, records and prunes deliveries (events are queued through the
         -- narrow doors of 0035, so no role needs INSERT on webhook_deliveries).
         GRANT SELECT (id, tenant_id, events, url, secret) ON webhooks TO tickwork_worker;
+        -- A tool of a tenant's run asks for one of the tenant's secrets (ctx.secret).
+        GRANT SELECT ON tenant_secrets TO tickwork_worker;
         GRANT SELECT, UPDATE, DELETE ON webhook_deliveries TO tickwork_worker;
         GRANT EXECUTE ON FUNCTION webhooks_queue_run_end(uuid), webhooks_queue_approval(text)
             TO tickwork_worker;
@@ -131,6 +133,11 @@ BEGIN
         GRANT SELECT (id, tenant_id, url, events, created_at), INSERT, DELETE ON webhooks
             TO tickwork_api;
         GRANT SELECT ON webhook_deliveries TO tickwork_api;
+        -- Tenants' secrets: set, listed by name and date, removed; the sealed value is written
+        -- but never read back by the API.
+        GRANT SELECT (tenant_id, name, created_at, updated_at), INSERT, DELETE
+            ON tenant_secrets TO tickwork_api;
+        GRANT UPDATE (sealed, updated_at) ON tenant_secrets TO tickwork_api;
         -- A cancel ends a run: the enqueue trigger asks whether the tenant has a webhook for
         -- it, then queues through the narrow door of 0035.
         GRANT EXECUTE ON FUNCTION webhooks_queue_run_end(uuid), webhooks_queue_approval(text)
@@ -160,7 +167,7 @@ BEGIN
     -- the worker work across tenants and pass.
     -- webhooks (migration 0033, numbered after 0031) is walled here: ENABLE is idempotent.
     FOREACH table_name IN ARRAY ARRAY['agents', 'schedules', 'executions', 'approvals',
-                                      'skipped_fires', 'webhooks'] LOOP
+                                      'skipped_fires', 'webhooks', 'tenant_secrets'] LOOP
         CONTINUE WHEN to_regclass(table_name) IS NULL;
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', table_name);
         EXECUTE format('DROP POLICY IF EXISTS tenant_wall ON %I', table_name);

@@ -345,10 +345,13 @@ class RunJournal:
     def __init__(self, pool: AsyncConnectionPool, execution_id: UUID, run_token: UUID, *,
                  next_seq: int, payload_json: Callable[[Any], str] = plain_json,
                  writer: JournalWriter | None = None,
-                 linger_seconds: float | None = LINGER_SECONDS) -> None:
+                 linger_seconds: float | None = LINGER_SECONDS,
+                 shown: Callable[[Any], Any] | None = None) -> None:
         """payload_json: a payload's stored JSON text (the worker's redacts secrets).
         writer: the process's JournalWriter; None gives the run a writer of its own.
-        linger_seconds: None turns the background write off (explicit writes only)."""
+        linger_seconds: None turns the background write off (explicit writes only).
+        shown: what the run's reason, an approval's arguments and a saved state become before
+        they are stored (the worker's scrubs the tenant secrets the run was handed)."""
         self._pool, self.execution_id, self.run_token = pool, execution_id, run_token
         self.id_text, self.token_text = str(execution_id), str(run_token)  # once, not per batch
         self._next_seq, self._payload_json = next_seq, payload_json
@@ -361,6 +364,7 @@ class RunJournal:
         self._busy: asyncio.Future | None = None  # done when this run's statement in flight ends
         self._exclusive = False  # suspend or release writes the buffer in its own transaction
         self._fenced = False  # found by a background write; raised at the run's next write
+        self._shown = shown or (lambda value: value)
 
     def emit(self, type: EventType, payload: dict[str, Any], parent: int | None = None) -> int:
         """Buffer an event (secrets redacted before it is ever stored) and make sure a write
@@ -412,7 +416,7 @@ class RunJournal:
         "model_calls"}); None leaves the stored usage."""
         await failpoints.hit("run.before_complete_commit")
         self._raise_if_fenced()
-        self._verdict = Verdict(status, outcome, storable_text(reason), usage)
+        self._verdict = Verdict(status, outcome, storable_text(self._shown(reason)), usage)
         landed = await self._writer.now(self)
         if landed is None or not landed.finished:
             self._fenced = True
@@ -459,8 +463,9 @@ class RunJournal:
                 await failpoints.hit("approval.after_pause_before_state_commit")
                 cursor = await conn.execute(QUERIES["update_execution_suspended"], {
                     "execution_id": self.execution_id, "run_token": self.run_token,
-                    "version": version, "state": Jsonb(state), "approval_id": approval_id,
-                    "tool_call_id": tool_call_id, "tool": tool, "arguments": Jsonb(arguments),
+                    "version": version, "state": Jsonb(self._shown(state)),
+                    "approval_id": approval_id, "tool_call_id": tool_call_id, "tool": tool,
+                    "arguments": Jsonb(self._shown(arguments)),
                     "usage": None if usage is None else Jsonb(usage)})
                 if await cursor.fetchone() is None:
                     raise RunFenced(f"execution {self.execution_id} is no longer running")
@@ -483,7 +488,8 @@ class RunJournal:
                 if self._pending:
                     await self._append(conn)
                 released = await release_run(conn, self.execution_id, self.run_token,
-                                             approval_id=approval_id, saved_state=saved_state)
+                                             approval_id=approval_id,
+                                             saved_state=self._shown(saved_state))
         self._pending = []
         if released is None:
             raise RunFenced(f"execution {self.execution_id} is no longer running")

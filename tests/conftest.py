@@ -39,6 +39,10 @@ def clean_environment(environ: dict | os._Environ = os.environ) -> list[str]:
 
 clean_environment()
 os.environ["TICKWORK_TEST_MODE"] = "1"
+# Tenants' secrets are sealed with a key of the session's own (the processes tests start get it
+# too); a test of a deployment without one removes it.
+os.environ["TICKWORK_SECRET_KEY"] = "".join(
+    __import__("base64").urlsafe_b64encode(os.urandom(32)).decode())
 
 # Project modules only after the clean-up: some read their settings when imported.
 from tickwork.sql.migrate import migrate

@@ -21,6 +21,7 @@ from tickwork.runtime import run_on_uvloop
 
 LOCAL_TENANT = "local"
 TOKEN_FILE = "local-admin-token"
+SECRET_KEY_FILE = "secret-key"
 UP_LOCK_FILE = "up.lock"
 
 
@@ -72,16 +73,35 @@ def local_admin_token(url: str, data_root: Path) -> str:
         except Unauthorized:
             pass  # replaced below
     token = create_token_sync(url, tenant=LOCAL_TENANT, admin=True)
-    data_root.mkdir(parents=True, exist_ok=True)
-    # Created 0600 from the start (O_EXCL on a fresh name), so the token is never readable by
-    # others, not even for a moment; then moved over the old file.
-    fresh = path.with_name(f".{TOKEN_FILE}.{os.getpid()}")
+    write_private(path, token)
+    return token
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` (and a newline) to ``path``, readable by this user only: created 0600
+    from the start (O_EXCL on a fresh name), so it is never readable by others, not even for a
+    moment; then moved over the old file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fresh = path.with_name(f".{path.name}.{os.getpid()}")
     fresh.unlink(missing_ok=True)  # left by a start that died here
     fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
+        handle.write(text + "\n")
     os.replace(fresh, path)
-    return token
+
+
+def local_secret_key(data_root: Path) -> None:
+    """Without TICKWORK_SECRET_KEY, `up` seals tenants' secrets with a key of its own, kept
+    0600 in the data folder (made on the first start, reused after) and set for its API and
+    worker. Lose the folder and the stored secrets cannot be opened: set them again."""
+    if os.environ.get("TICKWORK_SECRET_KEY"):
+        return
+    from tickwork.sql.sealed import new_key
+
+    path = data_root / SECRET_KEY_FILE
+    if not path.exists():
+        write_private(path, new_key())
+    os.environ["TICKWORK_SECRET_KEY"] = path.read_text().strip()
 
 
 def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str], None]) -> None:
@@ -115,6 +135,7 @@ def run_up(url: str, *, host: str, port: int, migrate_and_publish: Callable[[str
     try:
         migrate_and_publish(url)
         token = local_admin_token(url, data_root)
+        local_secret_key(data_root)
         typer.echo(f"tickwork is up: API http://{host}:{port}  database {redact_url(url)}")
         typer.echo(f"viewer: http://{host}:{port}/ (paste the token below when it asks)")
         typer.echo(f"export TICKWORK_API_URL=http://{host}:{port} TICKWORK_TOKEN={token}",

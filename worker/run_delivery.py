@@ -27,6 +27,7 @@ from tickwork.worker.redact import journal_json, redact
 from tickwork.worker.run_queries import fail_if_timed_out, remove_agent_schedules
 from tickwork.worker.run_log import RunLog
 from tickwork.worker.run_wiring import RunDeps, build_loop
+from tickwork.worker.secrets import RunSecrets
 from tickwork.worker.state import RunState
 
 log = structlog.get_logger()
@@ -59,7 +60,8 @@ async def handle_task(task: LeasedTask, deps: RunDeps,
 
 
 async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) -> dict[str, Any]:
-    journal = _journal(run, deps)
+    secrets = RunSecrets(deps.pool, run.tenant_id, deps.secret_box)
+    journal = _journal(run, deps, secrets)
     journal.cancel_requested = run.cancel_requested
     run_log = RunLog(run)
     approval_id = run.resume.approval_id if run.resume is not None else None
@@ -74,7 +76,7 @@ async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) ->
                      agent_id=run.agent_id, schedule_id=run.schedule_id,
                      tenant_id=run.tenant_id, attempt=run.attempt) as span:
         try:
-            result = await _guarded(run, journal, deps, run_log, free_slot)
+            result = await _guarded(run, journal, deps, run_log, free_slot, secrets)
         except RunFenced:
             run_log.warning("run_fenced")  # the sweep judged it first; its verdict stands
             result = {"fenced": True}
@@ -82,18 +84,22 @@ async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) ->
         return result
 
 
-def _journal(run: ClaimedRun, deps: RunDeps) -> RunJournal:
+def _journal(run: ClaimedRun, deps: RunDeps, secrets: RunSecrets | None = None) -> RunJournal:
+    if secrets is None:
+        return RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
+                          payload_json=journal_json, writer=deps.journal_writer)
     return RunJournal(deps.pool, run.id, run.run_token, next_seq=run.next_seq,
-                      payload_json=journal_json, writer=deps.journal_writer)
+                      payload_json=secrets.journal_json, writer=deps.journal_writer,
+                      shown=secrets.scrub)
 
 
 async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
-                   free_slot: Callable[[], None]) -> dict[str, Any]:
+                   free_slot: Callable[[], None], secrets: RunSecrets) -> dict[str, Any]:
     seconds = run.timeout_minutes * 60 + DEADLINE_MARGIN_SECONDS - run.waited_seconds
     held: dict[str, RunState] = {}  # the run's state once built, for its usage at the end
     try:
         async with asyncio.timeout(seconds):  # in this task: no task of its own per run
-            result = await _drive(run, journal, deps, held)
+            result = await _drive(run, journal, deps, held, secrets)
     except TimeoutError:
         return await _timed_out(run, journal, deps, run_log)
     except asyncio.CancelledError:  # the worker's grace period is over
@@ -112,7 +118,7 @@ async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
 
 
 async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
-                 held: dict[str, RunState]) -> RunOutcome | Suspension:
+                 held: dict[str, RunState], secrets: RunSecrets) -> RunOutcome | Suspension:
     if run.agent is None:
         await remove_agent_schedules(deps.pool, run.agent_id)
         return RunOutcome("failed", "failed", f"agent {run.agent_id} no longer exists; "
@@ -128,7 +134,7 @@ async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
             state = await rebuild_state(deps.pool, chain, state, walls=deps.walls,
                                         spec_of=lambda name: toolset.specs.get(name))
     held["state"] = state
-    loop = build_loop(run, run.agent, state, journal, deps, chain)
+    loop = build_loop(run, run.agent, state, journal, deps, chain, secrets)
     if run.resume is not None:
         await apply_decision(run.resume, state, loop)
     elif state.pending is not None:  # the last turn's calls whose results are not known

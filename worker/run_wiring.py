@@ -15,6 +15,8 @@ from tickwork.worker.claim import AgentDefinition, ClaimedRun
 from tickwork.worker.continuation import Chain, call_prefix
 from tickwork.worker.model import ModelProvider
 from tickwork.worker.redact import redact
+from tickwork.sql.sealed import SecretBox
+from tickwork.worker.secrets import RunSecrets
 from tickwork.worker.run_queries import store_result, stored_result
 from tickwork.worker.settings import WorkerSettings
 from tickwork.worker.state import RunState
@@ -37,6 +39,14 @@ class RunDeps:
     worker_id: str
     journal_writer: JournalWriter  # the process's one writer (its notifier wakes tails too)
     _toolsets: dict[tuple[str, ...], ToolSet] = field(default_factory=dict, repr=False)
+    _secret_box: SecretBox | None = field(default=None, repr=False)
+
+    def secret_box(self) -> SecretBox:
+        """The keys that open tenants' secrets, read when a tool first asks for one (a worker
+        without TICKWORK_SECRET_KEY runs every other tool; a tool asking is told why not)."""
+        if self._secret_box is None:
+            self._secret_box = SecretBox.from_settings()
+        return self._secret_box
 
     def toolset(self, tools: list[str]) -> ToolSet:
         """The tools of an agent listing these keys, worked out once per list of keys."""
@@ -67,7 +77,8 @@ class RunDeps:
 
 
 def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal: RunJournal,
-               deps: RunDeps, chain: Chain | None = None) -> Loop:
+               deps: RunDeps, chain: Chain | None = None,
+               secrets: RunSecrets | None = None) -> Loop:
     s, pool = deps.settings, deps.pool
     # The tool-call store is the chain's: a call an earlier attempt completed is replayed.
     root = (chain or Chain.alone(run.id)).root
@@ -75,7 +86,7 @@ def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal
                       plan=state.plan, offload_threshold=s.offload_threshold_chars,
                       preview_chars=s.offload_preview_chars, redact=redact,
                       tool_timeout=s.tool_timeout_seconds, query_limits=deps.query_limits,
-                      chain_root=root, tenant_id=run.tenant_id)
+                      chain_root=root, tenant_id=run.tenant_id, secrets=secrets)
     policy = CallPolicy(walls=deps.walls, auto_approve=frozenset(agent.auto_approve),
                         stored_result=lambda call_id: stored_result(pool, root, call_id),
                         store_result=lambda call_id, text, ok: store_result(

@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 from uuid import UUID
 
 from psycopg_pool import AsyncConnectionPool
@@ -26,6 +26,7 @@ from tickwork.worker.model import ToolCall, ToolSchema, canonical_name
 from tickwork.worker.tools import local
 from tickwork.worker.tools.offload import maybe_offload
 from tickwork.worker.tools.registry import ToolSpec
+from tickwork.worker.secrets import RunSecrets
 from tickwork.worker.tools.sandbox import QueryLimits
 
 
@@ -47,6 +48,9 @@ class ToolContext:
     idempotency_key: str
     pool: AsyncConnectionPool | None = None
     tenant_id: UUID | None = None
+    # ``await ctx.secret(name)``: the tenant's secret of that name (set with `tickwork secret
+    # set NAME`); every text the run shows afterwards is scrubbed of its value.
+    secret: Callable[[str], Awaitable[str]] | None = None
 
 
 @dataclass
@@ -85,7 +89,7 @@ class ToolBox:
                  offload_threshold: int, preview_chars: int,
                  redact: Callable[[Any], Any], tool_timeout: float = 60.0,
                  query_limits: QueryLimits | None = None, chain_root: UUID | None = None,
-                 tenant_id: UUID | None = None) -> None:
+                 tenant_id: UUID | None = None, secrets: RunSecrets | None = None) -> None:
         self._tools = tools
         self._specs = tools.specs
         self._timeout = tool_timeout
@@ -95,6 +99,7 @@ class ToolBox:
         # read and the idempotency keys vendors see (worker/continuation.py).
         self._root = chain_root or execution_id
         self._tenant_id = tenant_id
+        self._secrets = secrets
         self._threshold, self._preview, self._redact = offload_threshold, preview_chars, redact
 
     def schemas(self) -> list[ToolSchema]:
@@ -132,14 +137,20 @@ class ToolBox:
         try:
             value = await self._invoke(spec, arguments, conn, call_id)
             text = await maybe_offload(conn, execution_id=self._root, tool=spec.key,
-                                       value=self._redact(value), threshold=self._threshold,
+                                       value=self._shown(value), threshold=self._threshold,
                                        preview_chars=self._preview)
         except local.ToolInputError as exc:
             return ToolOutcome(json.dumps({"error": str(exc)}), False)
         except Exception as exc:  # a tool's failure is the model's information, not a crash
-            message = self._redact(f"{type(exc).__name__}: {exc}")
+            message = self._shown(f"{type(exc).__name__}: {exc}")
             return ToolOutcome(json.dumps({"error": message}), False)
         return ToolOutcome(text, True)
+
+    def _shown(self, value: Any) -> Any:
+        """A tool's result or error as stored and sent: redacted, and scrubbed of the tenant
+        secrets the run was handed."""
+        scrubbed = self._secrets.scrub(value) if self._secrets is not None else value
+        return self._redact(scrubbed)
 
     async def _invoke(self, spec: ToolSpec, arguments: dict[str, Any], conn: Any,
                       call_id: str) -> Any:
@@ -150,7 +161,8 @@ class ToolBox:
         # One key per call, the same in every attempt of the chain: a vendor can deduplicate
         # a call that a retry makes again because its result was never recorded.
         context = ToolContext(conn, self._execution_id, f"{self._root}:{call_id}", self._pool,
-                              tenant_id=self._tenant_id)
+                              tenant_id=self._tenant_id,
+                              secret=self._secrets.get if self._secrets else None)
         try:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the call's result
             # when the run is cancelled just as the call finishes, and the cancel is lost.

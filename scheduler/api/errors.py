@@ -16,6 +16,7 @@ from tickwork.scheduler.api.throttle import TooManyFailures
 from tickwork.sql.db import translate_error
 from tickwork.sql.errors import (Conflict, Forbidden, InvalidInput, NotFound, TickworkError,
                                  Unauthorized)
+from tickwork.sql.sealed import SecretsUnavailable
 
 log = structlog.get_logger()
 
@@ -30,6 +31,7 @@ STATUS: dict[type[TickworkError], int] = {
     Conflict: 409,
     InvalidInput: 422,
     TooManyFailures: 429,
+    SecretsUnavailable: 503,
 }
 
 

@@ -119,8 +119,10 @@ class ToolBox:
         conn = PerStatement(self._pool)
         try:
             value = await self._invoke(spec, arguments, conn, step)
+            # Redacting takes time that grows with the result: in a thread, off the event loop.
+            redacted = await asyncio.to_thread(self._redact, value)
             text = await maybe_offload(conn, execution_id=self._execution_id, tool=spec.key,
-                                       value=self._redact(value), threshold=self._threshold,
+                                       value=redacted, threshold=self._threshold,
                                        preview_chars=self._preview)
         except local.ToolInputError as exc:
             return ToolOutcome(json.dumps({"error": str(exc)}), False)

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import ssl
+import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
+import pytest
 
 from tests.integration.test_webhooks_delivery import add_hook, cancelled_run, deliveries
 from tests.integration.webhook_receiver import Receiver
@@ -125,3 +130,62 @@ async def test_a_name_resolving_to_a_nat64_loopback_is_refused_unsent(api, pool)
     [logged] = await deliveries(api, hook["id"])
     assert logged["last_error"].startswith("refused: nat64.test is 64:ff9b::7f00:1, not a "
                                            "public address")
+
+
+def certificate(folder, name: str) -> tuple[str, str]:
+    """A self-signed certificate for name (and its key), made by the openssl command."""
+    cert, key = str(folder / f"{name}.pem"), str(folder / f"{name}.key")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name}",
+                    "-keyout", key, "-out", cert], check=True, capture_output=True)
+    return cert, key
+
+
+class TlsReceiver:
+    """An HTTPS server on a loopback port that answers 200 and records each Host header."""
+
+    def __init__(self, cert: str, key: str) -> None:
+        self.hosts: list[str] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (the http.server API)
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                receiver.hosts.append(self.headers["host"])
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_https_to_the_pinned_address_checks_the_certificate_against_the_name(tmp_path):
+    cert, key = certificate(tmp_path, "hook.test")
+    receiver = TlsReceiver(cert, key)
+    trusting = ssl.create_default_context(cafile=cert)
+    try:
+        for name, delivered in (("hook.test", True), ("other.test", False)):
+            transport = PinnedTransport(allow_private=True, resolve=Rebinding("127.0.0.1"),
+                                        inner=httpx.AsyncHTTPTransport(verify=trusting))
+            async with httpx.AsyncClient(transport=transport) as http:
+                url = f"https://{name}:{receiver.port}/hooks"
+                if delivered:
+                    assert (await http.post(url, content=b"{}")).status_code == 200
+                else:  # a certificate for another name is refused, address or not
+                    with pytest.raises(httpx.ConnectError, match="certificate verify failed"):
+                        await http.post(url, content=b"{}")
+    finally:
+        receiver.close()
+    assert receiver.hosts == [f"hook.test:{receiver.port}"]

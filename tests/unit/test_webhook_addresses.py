@@ -5,6 +5,8 @@ process: the transport under test hands its requests to a recording transport.""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 
@@ -114,4 +116,20 @@ async def test_a_name_that_resolves_to_nothing_is_a_connect_error_that_says_so()
     with pytest.raises(AddressRefused):
         await checked_address("localhost", 80, allow_private=False,
                               resolve=Rebinding(["::1"]))
+    assert recorder.requests == []
+
+
+async def test_a_resolver_that_hangs_is_a_connect_timeout_within_the_connect_timeout():
+    hung = asyncio.Event()
+
+    async def hangs(host, port):
+        await hung.wait()  # never set: a resolver that never answers
+        return [PUBLIC]
+
+    recorder = Recorder()
+    transport = PinnedTransport(allow_private=False, resolve=hangs, inner=recorder)
+    async with httpx.AsyncClient(transport=transport, timeout=0.05) as http:
+        with pytest.raises(httpx.ConnectTimeout, match="resolving hooks.example.com took longer "
+                                                       "than 0.05 s"):
+            await http.post("https://hooks.example.com/in", content=b"{}")
     assert recorder.requests == []

@@ -12,6 +12,8 @@ No connection is kept alive: the pool keys connections by address, so a kept con
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 
 from tickwork.worker.webhooks.address_guard import Resolve, checked_address, system_resolve
@@ -32,9 +34,15 @@ class PinnedTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         host = request.url.host
         port = request.url.port or DEFAULT_PORTS.get(request.url.scheme, 80)
+        # Resolving is part of connecting: a slow resolver holds the delivery no longer.
+        connect_timeout = (request.extensions.get("timeout") or {}).get("connect")
         try:
-            address = await checked_address(host, port, allow_private=self._allow_private,
-                                            resolve=self._resolve)
+            async with asyncio.timeout(connect_timeout):
+                address = await checked_address(host, port, allow_private=self._allow_private,
+                                                resolve=self._resolve)
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"resolving {host} took longer than {connect_timeout:g} s",
+                                       request=request) from None
         except OSError as exc:
             raise httpx.ConnectError(f"{host} does not resolve ({exc})", request=request) from None
         if address != host:

@@ -22,7 +22,7 @@ from tickwork.worker import tracing
 from tickwork.worker.model import Message, ToolCall
 from tickwork.worker.toolbox import ToolBox, refusal
 from tickwork.worker.tools.registry import ToolSpec
-from tickwork.worker.walls import Refuse, WallSettings, check_call, record_call
+from tickwork.worker.walls import Refuse, WallSettings, metered
 from tickwork.worker.state import RunState
 
 # Only this class runs without a person; send/write/delete and any missing or unknown class wait.
@@ -74,8 +74,7 @@ async def process_call(call: ToolCall, state: RunState, toolbox: ToolBox, journa
         text = refusal(call.name, "this agent has no such tool",
                        f"use one of: {', '.join(s.name for s in toolbox.schemas()) or 'no tools'}")
         return refused(journal, call, "unknown_tool", text, step)
-    decision = check_call(call, spec, state.meter, policy.walls)
-    record_call(call, spec, state.meter, decision)
+    decision = await metered(call, spec, state.meter, policy.walls)
     if isinstance(decision, Refuse):
         return refused(journal, call, decision.wall, decision.message, step)
     if needs_approval(spec, call.arguments, policy):

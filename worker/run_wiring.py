@@ -73,7 +73,8 @@ class RunDeps:
     @cached_property
     def query_limits(self) -> QueryLimits:
         return QueryLimits(time_limit_s=self.settings.query_file_time_limit_seconds,
-                           memory_mb=self.settings.query_file_memory_mb)
+                           memory_mb=self.settings.query_file_memory_mb,
+                           max_answer_bytes=self.settings.query_file_max_answer_bytes)
 
 
 def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal: RunJournal,

@@ -42,6 +42,8 @@ class WorkerSettings(BaseSettings):
     # much memory (worker/tools/sandbox.py).
     query_file_time_limit_seconds: float = 2.0
     query_file_memory_mb: int = 512
+    # Bytes of JSON one query_file answer may hold; rows past it are left out, and it says so.
+    query_file_max_answer_bytes: int = 1_000_000
 
     @field_validator("concurrency")
     @classmethod

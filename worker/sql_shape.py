@@ -3,6 +3,12 @@
 The query-loop wall keys on (file_ref, shape). A model that enumerates records through
 ``query_file`` keeps the query and rotates the value (``WHERE id = 1``, ``= 2`` …); stripping
 the literals is what makes that loop's signature stop moving. Pure: no I/O, never raises.
+
+sqlglot's time grows with the square of the SQL's length (stripping the literals of a long
+``IN (…)`` list): 4 kB cost 0.1 s, 85 kB cost 16 s. So only SQL up to PARSE_LIMIT characters is
+parsed; longer SQL (rare from an honest model, and bounded by query_file's own length limit)
+takes the regex normalization, whose time grows linearly. Callers on the event loop still run
+this in a thread (worker/walls.py ``metered``).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 PLACEHOLDER = "?"
 # query_file runs SQLite, so the SQL is read the way SQLite would read it.
 DIALECT = "sqlite"
+PARSE_LIMIT = 4000  # characters; longer SQL is shaped by the linear regex fallback
 
 # Blob and bit literals are values too: rotating them is the same loop as rotating numbers.
 _LITERALS = tuple(getattr(exp, name) for name in ("Literal", "HexString", "BitString",
@@ -32,8 +39,10 @@ def sql_shape(sql: str) -> str:
     """The query's skeleton: every string and number literal replaced by ``?``, keywords and
     identifiers in one case, whitespace and comments normalized. Queries that differ only in
     their values share a shape; queries that differ in structure do not. SQL that does not
-    parse falls back to a regex normalization. Never raises."""
+    parse, or is longer than PARSE_LIMIT, falls back to a regex normalization. Never raises."""
     text = sql if isinstance(sql, str) else str(sql)
+    if len(text) > PARSE_LIMIT:
+        return _regex_shape(text)
     try:
         return _parsed_shape(text)
     except Exception:  # sqlglot raises several error types (and RecursionError on deep SQL)

@@ -136,8 +136,10 @@ class ToolBox:
         conn = PerStatement(self._pool)
         try:
             value = await self._invoke(spec, arguments, conn, call_id)
+            # Redacting takes time that grows with the result: in a thread, off the event loop.
+            shown = await asyncio.to_thread(self._shown, value)
             text = await maybe_offload(conn, execution_id=self._root, tool=spec.key,
-                                       value=self._shown(value), threshold=self._threshold,
+                                       value=shown, threshold=self._threshold,
                                        preview_chars=self._preview)
         except local.ToolInputError as exc:
             return ToolOutcome(json.dumps({"error": str(exc)}), False)

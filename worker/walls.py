@@ -16,11 +16,14 @@ query-loop wall. Every limit is a per-deployment setting. A limit of 0 on a wall
 call it covers; only ``hard_cap`` uses 0 to mean "disabled".
 
 Pure: the caller holds the Meter in the run state, asks ``check_call`` before a tool call and
-tells ``record_call`` what was decided.
+tells ``record_call`` what was decided; ``metered`` does both for the event loop, where a
+query's SQL is refused past its length limit before anything parses it and its shape is
+worked out once, in a thread (parsing SQL costs time that grows faster than the SQL).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +31,8 @@ from typing import Any
 from tickwork.worker.model import ToolCall, canonical_name
 from tickwork.worker.sql_shape import sql_shape
 from tickwork.worker.tools.local import QUERY_LOOP_TOOLS
+from tickwork.worker.tools.sqlguard import MAX_SQL_LENGTH
+from tickwork.worker.tools.sqlbox import too_long
 from tickwork.worker.tools.registry import ToolSpec
 
 
@@ -73,7 +78,7 @@ class Allow:
 
 @dataclass(frozen=True)
 class Refuse:
-    wall: str  # "per_tool" | "aggregate" | "delivery" | "query_loop"
+    wall: str  # "per_tool" | "aggregate" | "delivery" | "query_loop" | "sql_length"
     message: str  # what the model sees as the tool result
 
 
@@ -95,15 +100,33 @@ def _is_query(spec: ToolSpec) -> bool:
     return spec.is_local and spec.key in QUERY_LOOP_TOOLS
 
 
-def check_call(call: ToolCall, spec: ToolSpec, meter: Meter,
-               settings: WallSettings) -> Allow | Refuse:
+def _sql_length(arguments: dict[str, Any]) -> int:
+    sql = (arguments or {}).get("sql", "")
+    return len(sql) if isinstance(sql, str) else 0  # not text: query_file's own check says so
+
+
+async def metered(call: ToolCall, spec: ToolSpec, meter: Meter,
+                  settings: WallSettings) -> Allow | Refuse:
+    """``check_call`` then ``record_call``, for a caller on the event loop: a query's shape is
+    worked out once and in a thread, and only for SQL within its length limit."""
+    key = None
+    if _is_query(spec) and _sql_length(call.arguments) <= MAX_SQL_LENGTH:
+        key = await asyncio.to_thread(query_key, call.arguments)
+    decision = check_call(call, spec, meter, settings, query=key)
+    record_call(call, spec, meter, decision, query=key)
+    return decision
+
+
+def check_call(call: ToolCall, spec: ToolSpec, meter: Meter, settings: WallSettings, *,
+               query: str | None = None) -> Allow | Refuse:
     """Whether this call may run now. Does not change the meter (``record_call`` does).
 
     Order: the per-tool wall, then the delivery reserve (send-class) or the aggregate (every
-    other external tool). ``query_file`` meets only the query-loop wall; other local tools
-    are always allowed."""
+    other external tool). ``query_file`` meets only the SQL length limit and the query-loop
+    wall (``query``: its ``query_key`` if already worked out); other local tools are always
+    allowed."""
     if _is_query(spec):
-        return _check_query(call, meter, settings)
+        return _check_query(call, meter, settings, query)
     if spec.is_local:
         return Allow()
     name = canonical_name(call.name)
@@ -140,8 +163,12 @@ def _check_aggregate(call: ToolCall, meter: Meter, settings: WallSettings) -> Al
         "will run; otherwise answer with what you have."))
 
 
-def _check_query(call: ToolCall, meter: Meter, settings: WallSettings) -> Allow | Refuse:
-    runs = meter.queries.get(query_key(call.arguments), 0)
+def _check_query(call: ToolCall, meter: Meter, settings: WallSettings,
+                 query: str | None) -> Allow | Refuse:
+    length = _sql_length(call.arguments)
+    if length > MAX_SQL_LENGTH:  # before any parsing: its shape would cost minutes to work out
+        return Refuse("sql_length", f"This query did NOT execute: {too_long(length)}.")
+    runs = meter.queries.get(query if query is not None else query_key(call.arguments), 0)
     if runs < settings.query_loop:
         return Allow()
     file_ref = (call.arguments or {}).get("file_ref", "")
@@ -151,14 +178,15 @@ def _check_query(call: ToolCall, meter: Meter, settings: WallSettings) -> Allow 
         "Query once for all values instead (e.g. GROUP BY or IN (...))."))
 
 
-def record_call(call: ToolCall, spec: ToolSpec, meter: Meter, decision: Allow | Refuse) -> None:
-    """Update the meter after ``check_call`` decided. Every external call counts as an
-    attempt (refused ones too: a loop refused forever must still reach the hard cap); the
-    wall counters move only for calls that were allowed to run."""
+def record_call(call: ToolCall, spec: ToolSpec, meter: Meter, decision: Allow | Refuse, *,
+                query: str | None = None) -> None:
+    """Update the meter after ``check_call`` decided (``query``: the one it was given). Every
+    external call counts as an attempt (refused ones too: a loop refused forever must still
+    reach the hard cap); the wall counters move only for calls that were allowed to run."""
     allowed = isinstance(decision, Allow)
     if _is_query(spec):
         if allowed:
-            key = query_key(call.arguments)
+            key = query if query is not None else query_key(call.arguments)
             meter.queries[key] = meter.queries.get(key, 0) + 1
         return
     if spec.is_local:

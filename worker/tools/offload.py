@@ -8,6 +8,7 @@ are per-deployment settings, passed in by the caller; the constants are only def
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 from uuid import UUID
@@ -48,15 +49,23 @@ def _jsonb_shape(value: Any) -> Any:
     return value
 
 
+def _rendered(value: Any, threshold: int) -> tuple[str, bool]:
+    """(text, over the threshold); the text of a large result as it will be stored."""
+    text = render_result(value)
+    if len(text) <= threshold:
+        return text, False
+    return render_result(storable(value)), True
+
+
 async def maybe_offload(conn: AsyncConnection, *, execution_id: UUID, tool: str, value: Any,
                         threshold: int = OFFLOAD_THRESHOLD_CHARS,
                         preview_chars: int = PREVIEW_CHARS) -> str:
     """The text the model sees for this result: the result itself when it is short, else a
-    JSON reference to the stored result (one autocommit INSERT, no transaction held)."""
-    text = render_result(value)
-    if len(text) <= threshold:
+    JSON reference to the stored result (one autocommit INSERT, no transaction held).
+    Rendering runs in a thread: its time grows with the result, which a tool may make large."""
+    text, large = await asyncio.to_thread(_rendered, value, threshold)
+    if not large:
         return text
-    text = render_result(storable(value))
     file_ref = "f_" + new_id().hex
     await conn.execute(QUERIES["insert_tool_result"], {
         "file_ref": file_ref, "execution_id": execution_id, "tool": tool, "content": text,

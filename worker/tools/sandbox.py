@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tickwork.worker.tools.sqlbox import (MAX_QUERY_ROWS, QUERY_TIME_LIMIT_S, QueryError, check_select,
-                                 length_limit_for)
+from tickwork.worker.tools.sqlbox import (MAX_ANSWER_BYTES, MAX_QUERY_ROWS, QUERY_TIME_LIMIT_S,
+                                          QueryError, check_select, length_limit_for)
 
 ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the worker package
 # -I: no environment variables, user site or current folder; -S: no site-packages. The child
@@ -32,7 +32,9 @@ ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the worker
 CHILD = ["-I", "-S", "-B", "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
          "from worker.tools.sqlbox import main; sys.exit(main(sys.argv))", ROOT]
 KILL_MARGIN_S = 0.5  # past the time limit, for the child to stop itself and say so
-ANSWER_LIMIT_BYTES = 16 * 2**20
+# The child keeps its answer within max_answer_bytes of JSON; past this margin over it, the
+# parent stops reading (a backstop: the child is ours, but its reply is read on the loop).
+ANSWER_MARGIN_BYTES = 2**20
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class QueryLimits:
     memory_mb: int = 512
     max_rows: int = MAX_QUERY_ROWS
     load_time_limit_s: float = 10.0
+    max_answer_bytes: int = MAX_ANSWER_BYTES
 
     @property
     def cpu_seconds(self) -> int:
@@ -59,7 +62,8 @@ async def run_query(stored_text: str, sql: str, limits: QueryLimits = QueryLimit
     data = stored_text.encode()
     header = {"sql": sql, "max_rows": limits.max_rows, "time_limit_s": limits.time_limit_s,
               "length_limit": length_limit_for(len(data)),
-              "heap_limit": limits.memory_mb * 2**20 // 2}
+              "heap_limit": limits.memory_mb * 2**20 // 2,
+              "max_answer_bytes": limits.max_answer_bytes}
     child = await asyncio.create_subprocess_exec(
         sys.executable, *CHILD, str(limits.cpu_seconds),
         str(limits.memory_mb * 2**20), stdin=asyncio.subprocess.PIPE,
@@ -85,10 +89,10 @@ async def _converse(child: asyncio.subprocess.Process, request: bytes,
                          f"{limits.load_time_limit_s:g} s and was stopped; read it in slices "
                          "with read_file instead", "time") from None
     if first != b"ready\n":  # the child stopped before the query: its reply, or nothing
-        return first + await _read_all(child)
+        return first + await _read_all(child, limits.max_answer_bytes + ANSWER_MARGIN_BYTES)
     try:
         async with asyncio.timeout(limits.time_limit_s + KILL_MARGIN_S):
-            reply = await _read_all(child)
+            reply = await _read_all(child, limits.max_answer_bytes + ANSWER_MARGIN_BYTES)
     except TimeoutError:
         raise QueryError(f"the query ran longer than {limits.time_limit_s:g} s and was stopped "
                          "(its process was killed); filter, aggregate or add a LIMIT, and avoid "
@@ -108,15 +112,15 @@ async def _load(child: asyncio.subprocess.Process, request: bytes) -> bytes:
     return await child.stdout.readline()
 
 
-async def _read_all(child: asyncio.subprocess.Process) -> bytes:
+async def _read_all(child: asyncio.subprocess.Process, limit: int) -> bytes:
     assert child.stdout
     parts, size = [], 0
     while chunk := await child.stdout.read(2**16):
         parts.append(chunk)
         size += len(chunk)
-        if size > ANSWER_LIMIT_BYTES:
-            raise QueryError(f"the answer is larger than {ANSWER_LIMIT_BYTES // 2**20} MB; select "
-                             "fewer rows or shorter values (substr)")
+        if size > limit:
+            raise QueryError(f"the answer is larger than {limit:,} bytes; select fewer rows "
+                             "or shorter values (substr)")
     return b"".join(parts)
 
 

@@ -19,14 +19,17 @@ import sqlite3
 import sys
 import time
 
-from .sqlguard import lock_down
-from .sqltable import answer, load_table
+from .sqlguard import MAX_SQL_LENGTH, lock_down
+from .sqltable import AnswerTooLarge, answer, load_table
 
 TYPE_CHECKING = False  # importing typing would slow the child's start-up, once per query
 if TYPE_CHECKING:
     from typing import Any
 
 MAX_QUERY_ROWS = 200
+# Bytes of JSON an answer may hold (rows past it are left out, and the answer says so): 200
+# rows of 68,000 characters made a 13.6 MB answer that stalled the worker taking it in.
+MAX_ANSWER_BYTES = 1_000_000
 QUERY_TIME_LIMIT_S = 2.0
 MIN_LENGTH_LIMIT = 1_000_000  # bytes a string or blob may reach, however small the result
 _PROGRESS_EVERY = 1000  # VM instructions between deadline checks
@@ -50,9 +53,11 @@ class Box:
     importing dataclasses would add a third to the child's start-up.)"""
 
     def __init__(self, max_rows: int = MAX_QUERY_ROWS, time_limit_s: float = QUERY_TIME_LIMIT_S,
-                 length_limit: int = MIN_LENGTH_LIMIT, heap_limit: int = 0) -> None:
+                 length_limit: int = MIN_LENGTH_LIMIT, heap_limit: int = 0,
+                 max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.max_rows, self.time_limit_s = max_rows, time_limit_s
         self.length_limit, self.heap_limit = length_limit, heap_limit
+        self.max_answer_bytes = max_answer_bytes
 
 
 def length_limit_for(stored_bytes: int) -> int:
@@ -64,10 +69,19 @@ def length_limit_for(stored_bytes: int) -> int:
 def check_select(sql: Any) -> None:
     if not isinstance(sql, str) or not sql.strip():
         raise QueryError("sql must be one SELECT statement over the table result")
+    if len(sql) > MAX_SQL_LENGTH:
+        raise QueryError(too_long(len(sql)))
     start = _LEADING_NOISE.match(sql).end()  # type: ignore[union-attr]  # always matches
     if not _READ_ONLY_START.match(sql, start):
         raise QueryError("only one read-only SELECT (or WITH … SELECT) statement over the "
                          "table result is allowed")
+
+
+def too_long(length: int) -> str:
+    """The refusal of SQL past MAX_SQL_LENGTH characters (also the query-loop wall's)."""
+    return (f"its SQL is {length:,} characters long, and query_file accepts at most "
+            f"{MAX_SQL_LENGTH:,} characters. Do not list every value: filter with a range, a "
+            "LIKE or a subquery over result instead")
 
 
 def query_rows(value: Any, sql: str, box: Box | None = None) -> dict[str, Any]:
@@ -94,7 +108,10 @@ def run_select(db: sqlite3.Connection, sql: str, columns: list[str], box: Box,
     except (sqlite3.Error, sqlite3.Warning) as exc:
         raise _explain(exc, columns, box, refusals) from None
     names = [d[0] for d in cursor.description or ()]
-    return answer(names, rows, box.max_rows)
+    try:
+        return answer(names, rows, box.max_rows, box.max_answer_bytes)
+    except AnswerTooLarge as exc:
+        raise QueryError(str(exc)) from None
 
 
 def _explain(exc: Exception, columns: list[str], box: Box, refusals: list[str]) -> QueryError:
@@ -133,7 +150,8 @@ def _limit_self(cpu_seconds: int, memory_bytes: int) -> None:
 def _serve(stdin: Any, stdout: Any) -> dict[str, Any]:
     header = json.loads(stdin.readline())
     box = Box(max_rows=header["max_rows"], time_limit_s=header["time_limit_s"],
-              length_limit=header["length_limit"], heap_limit=header["heap_limit"])
+              length_limit=header["length_limit"], heap_limit=header["heap_limit"],
+              max_answer_bytes=header.get("max_answer_bytes", MAX_ANSWER_BYTES))
     check_select(header["sql"])
     db = sqlite3.connect(":memory:")
     columns = load_table(db, json.loads(stdin.read()))

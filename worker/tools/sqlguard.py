@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 
 MAX_FORMAT_WIDTH = 1000  # printf/format width and precision (%.*c repeats a character)
 MAX_BLOB_BYTES = 1024  # randomblob()/zeroblob()
+# The longest SQL query_file accepts. Checked before anything parses it (worker/walls.py reads
+# its shape): a parser costs time that grows faster than the text does.
+MAX_SQL_LENGTH = 100_000
 
 # What a data question needs: aggregates and window functions, text, numbers, dates, JSON.
 # Everything else is refused when the statement is prepared (load_extension, fts3_tokenizer,
@@ -64,7 +67,7 @@ def lock_down(db: sqlite3.Connection, *, length_limit: int, heap_limit: int = 0)
 
 def _sqlite_limits(length_limit: int) -> dict[int, int]:
     return {sqlite3.SQLITE_LIMIT_LENGTH: length_limit,
-            sqlite3.SQLITE_LIMIT_SQL_LENGTH: 100_000,
+            sqlite3.SQLITE_LIMIT_SQL_LENGTH: MAX_SQL_LENGTH,
             sqlite3.SQLITE_LIMIT_EXPR_DEPTH: 200,
             sqlite3.SQLITE_LIMIT_COMPOUND_SELECT: 100,
             sqlite3.SQLITE_LIMIT_VDBE_OP: 100_000,

@@ -63,14 +63,32 @@ def _cell(value: Any) -> Any:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def answer(names: list[str], rows: list[tuple[Any, ...]], max_rows: int) -> dict[str, Any]:
-    truncated = len(rows) > max_rows
-    rows = rows[:max_rows]
-    answer: dict[str, Any] = {
-        "columns": names,
-        "rows": [[v.hex() if isinstance(v, bytes) else v for v in row] for row in rows],
-        "row_count": len(rows), "truncated": truncated}
-    if truncated:
+class AnswerTooLarge(ValueError):
+    """Not even the first row fits in the answer's byte limit; the message says what to do."""
+
+
+def answer(names: list[str], rows: list[tuple[Any, ...]], max_rows: int,
+           max_bytes: int) -> dict[str, Any]:
+    """The answer: at most max_rows rows, and only as many as fit in max_bytes of JSON, so what
+    the worker takes in (and redacts, renders and stores) stays small whatever the SQL asks."""
+    kept, size = [], 0
+    for row in rows[:max_rows]:
+        cells = [v.hex() if isinstance(v, bytes) else v for v in row]
+        size += len(json.dumps(cells, ensure_ascii=False, default=str).encode()) + 1
+        if size > max_bytes:
+            break
+        kept.append(cells)
+    if rows and not kept:
+        raise AnswerTooLarge(f"the first row alone is larger than the answer limit of "
+                             f"{max_bytes:,} bytes; select fewer columns or shorter values "
+                             "(substr)")
+    answer: dict[str, Any] = {"columns": names, "rows": kept, "row_count": len(kept),
+                              "truncated": len(kept) < len(rows)}
+    if len(kept) < min(len(rows), max_rows):
+        answer["note"] = (f"only the first {len(kept)} rows are shown: an answer is limited to "
+                          f"{max_bytes:,} bytes; select fewer columns or shorter values "
+                          "(substr), or page with LIMIT/OFFSET")
+    elif answer["truncated"]:
         answer["note"] = (f"only the first {max_rows} rows are shown; aggregate, filter or page "
                           "with LIMIT/OFFSET to see the rest")
     return answer

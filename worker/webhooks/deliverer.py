@@ -22,7 +22,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES
 from tickwork.sql.db import DatabaseSettings, listen_forever
-from tickwork.worker.webhooks.address_guard import refusal
+from tickwork.worker.webhooks.address_guard import AddressRefused, Resolve, system_resolve
+from tickwork.worker.webhooks.pinned import PinnedTransport
 from tickwork.worker.webhooks.policy import HORIZON_SECONDS, delivery_body, headers, retry_delay
 from tickwork.worker.webhooks.settings import WebhookSettings
 
@@ -48,11 +49,16 @@ class Deliverer:
 
     def __init__(self, pool: AsyncConnectionPool, settings: WebhookSettings, *,
                  database_url: str | None = None, http: httpx.AsyncClient | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 resolve: Resolve = system_resolve) -> None:
         self._pool, self._settings, self._url, self._clock = pool, settings, database_url, clock
+        # The transport connects to the address it checked (worker/webhooks/pinned.py); a
+        # client passed in is used as it is.
         self._http = http or httpx.AsyncClient(
             timeout=settings.webhook_timeout_seconds, follow_redirects=False,
-            limits=httpx.Limits(max_connections=settings.webhook_concurrency))
+            transport=PinnedTransport(
+                allow_private=settings.webhook_allow_private_addresses, resolve=resolve,
+                max_connections=settings.webhook_concurrency))
         self._wake = asyncio.Event()
         self._active: set[asyncio.Task] = set()
 
@@ -95,13 +101,12 @@ class Deliverer:
                     ) -> tuple[int | None, str | None]:
         """(status code, error sentence); the response body is never read. Redirects are not
         followed (a 3xx is a failed attempt), so the address checked is the one posted to."""
-        refused = await refusal(url, allow_private=self._settings.webhook_allow_private_addresses)
-        if refused:
-            return None, refused
         try:
             async with self._http.stream("POST", url, content=body,
                                          headers=sent_headers) as response:
                 code = response.status_code
+        except AddressRefused as exc:
+            return None, str(exc)
         except httpx.HTTPError as exc:
             return None, f"{type(exc).__name__}: {exc}"[:300] or type(exc).__name__
         return code, None if 200 <= code < 300 else f"the receiver answered HTTP {code}"

@@ -38,7 +38,7 @@ TRIGGER_SOURCES: frozenset[str] = frozenset(get_args(TriggerSource))
 # run_events.type (run_events_type_check): every event the journal stores.
 EventType = Literal["run_start", "step_start", "reasoning_delta", "tool_start", "tool_complete",
                     "content_delta", "budget_refusal", "gate_decision", "approval_required",
-                    "run_complete", "model_usage", "context_masked"]
+                    "run_complete", "model_usage", "context_masked", "context_compacted"]
 EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
 
 # The verdict of a gate_decision event (its payload's "verdict"): the stop gate's, the run

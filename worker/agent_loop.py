@@ -14,12 +14,13 @@ are worker/model_turn.py's.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from tickwork.sql.journal import RunJournal
 from tickwork.sql.vocabulary import FinalStatus, Outcome
 from tickwork.worker.calls import CallPolicy, NeedsApproval, harness_named, process_call
+from tickwork.worker.compaction import ContextLimits
 from tickwork.worker.model import Message, ModelProvider, Reply
 from tickwork.worker.model_turn import ContextExhausted, ask_judge, call_model, record_reply
 from tickwork.worker.state import Pending, RunState
@@ -58,6 +59,7 @@ class Loop:
     cancel_requested: Callable[[], Awaitable[bool]]
     token_budget: int = 0  # tokens (in + out) a run may spend; 0: no budget
     keep_turns: int = 3  # turns whose tool results are sent whole
+    context: ContextLimits = field(default_factory=ContextLimits)  # when to compact
     monotonic: Callable[[], float] = time.monotonic
     call_prefix: str = "call"  # how this attempt names its calls (worker/continuation.py)
 

@@ -1,8 +1,11 @@
-"""One model call of a run, for the agent turn or the judge.
+"""One model call of a run, for the agent turn, the judge or the summary.
 
-What is sent masks old tool results (worker/context.py). A provider that says the context is
-too long gets that one call again, once, with everything older than the current turn masked
-(journaled as ``context_masked``); then the run fails, never a loop. The judge is asked again
+What is sent masks old tool results (worker/context.py), and once a call reported input tokens
+past the threshold, replaces the older messages with a summary (worker/compaction.py;
+journaled as ``context_compacted``). A provider that says the context is too long forces one
+compaction, then gets that one call again, once, with everything older than the current turn
+masked (journaled as ``context_masked``); then the run fails, never a loop. A summariser that
+fails leaves what is sent masked as before. The judge is asked again
 once with a shortened prompt instead. Every reply's usage is added to the run and journaled
 per call (``model_usage``); a streaming provider's text is journaled as it arrives, in
 batches (worker/streaming.py), and not again whole.
@@ -14,6 +17,9 @@ from typing import TYPE_CHECKING
 
 from tickwork.sql.journal import RunJournal
 from tickwork.worker import tracing
+from tickwork.worker.compaction import (MAX_FAILURES, SUMMARY_ALIAS, SUMMARY_CHARS, Summary,
+                                        estimate_tokens, head_length, outgoing, split_point,
+                                        summary_prompt)
 from tickwork.worker.context import masked_count, masked_for_model
 from tickwork.worker.model import ContextTooLong, Message, Reply
 from tickwork.worker.state import RunState
@@ -30,21 +36,31 @@ class ContextExhausted(RuntimeError):
 
 
 async def call_model(state: RunState, loop: Loop, step: int) -> Reply:
-    """One model turn: the messages with old results masked, text journaled as it streams.
-    A context-too-long answer is retried once with everything older than the current turn
-    masked (journaled as context_masked); a second one raises ContextExhausted, never a loop."""
-    sent = masked_for_model(state.messages, 1 if state.context_tight else loop.keep_turns)
+    """One model turn: the messages with old results masked (and the older ones summarised
+    once the last call reported input tokens past the threshold), text journaled as it
+    streams. A context-too-long answer forces one compaction, then is retried once with
+    everything older than the current turn masked (journaled as context_masked); a second one
+    raises ContextExhausted, never a loop."""
+    reported = state.last_input_tokens
+    if reported is not None and reported >= loop.context.compact_at("default"):
+        await compact_context(state, loop, step, "threshold")
+    sent = masked_for_model(outgoing(state.messages, state.summary),
+                            1 if state.context_tight else loop.keep_turns)
     try:
         return await _complete(state, loop, step, sent)
     except ContextTooLong as exc:
-        tight = masked_for_model(state.messages, 1)
         said = str(exc)[:300]
-        if state.context_tight or [m.content for m in tight] == [m.content for m in sent]:
+        compacted = await compact_context(state, loop, step, "context_too_long")
+        base = outgoing(state.messages, state.summary)
+        tight = masked_for_model(base, 1)
+        if not compacted and (state.context_tight or
+                              [m.content for m in tight] == [m.content for m in sent]):
             raise _too_long(f"nothing more could be masked (the provider said: {said})") from None
-        state.context_tight = True  # from now on, so every later call does not fail first
-        loop.journal.emit("context_masked", {
-            "reason": "context_too_long", "error": said, "keep_turns": 1,
-            "masked_results": masked_count(tight, state.messages), "retry": 1}, parent=step)
+        if not state.context_tight:
+            state.context_tight = True  # from now on, so every later call does not fail first
+            loop.journal.emit("context_masked", {
+                "reason": "context_too_long", "error": said, "keep_turns": 1,
+                "masked_results": masked_count(tight, base), "retry": 1}, parent=step)
     try:
         return await _complete(state, loop, step, tight)
     except ContextTooLong as exc:
@@ -68,6 +84,8 @@ async def _complete(state: RunState, loop: Loop, step: int, sent: list[Message])
     else:
         stream.discard()
     count_usage(state, loop.journal, "default", reply, step)
+    if reply.usage is not None:  # what decides the next compaction
+        state.last_input_tokens = max(0, int(reply.usage.input_tokens))
     return reply
 
 
@@ -110,6 +128,58 @@ async def ask_judge(state: RunState, loop: Loop, step: int) -> tuple[str, str]:
     state.judge_calls += 1
     count_usage(state, loop.journal, "judge", judged, step)
     return parse_verdict(judged.text)
+
+
+async def compact_context(state: RunState, loop: Loop, step: int, reason: str) -> bool:
+    """Summarise the messages older than the recent turns (with the earlier summary, if any)
+    through the ``summary`` alias; True when what is sent now carries a new summary. Nothing
+    to summarise, or a summariser that fails (journaled, at most MAX_FAILURES times a run),
+    changes nothing: the caller goes on with masking alone."""
+    reported, state.last_input_tokens = state.last_input_tokens, None  # judged once
+    if state.compaction_failures >= MAX_FAILURES:
+        return False
+    start = head_length(state.messages)
+    if state.summary is not None:
+        start = min(max(start, state.summary.upto), len(state.messages))
+    cut = split_point(state.messages, start, loop.keep_turns)
+    if cut is None:
+        return False
+    older = state.messages[start:cut]
+    before = estimate_tokens(masked_for_model(outgoing(state.messages, state.summary),
+                                              loop.keep_turns))
+    previous = state.summary.text if state.summary is not None else None
+    prompt = summary_prompt(previous, older, loop.context.prompt_chars())
+    facts = {"reason": reason, "alias": SUMMARY_ALIAS, "reported_input_tokens": reported,
+             "threshold": loop.context.compact_at("default")}
+    try:
+        with tracing.model_call(SUMMARY_ALIAS, step) as span:
+            reply = await loop.provider.complete(SUMMARY_ALIAS, prompt, [],
+                                                 state.view(loop.run_input))
+            tracing.note_usage(span, reply.usage)
+    except Exception as exc:  # noqa: BLE001 - whatever the summariser did, the run goes on
+        return _summary_failed(state, loop, step, facts, f"{type(exc).__name__}: {exc}")
+    count_usage(state, loop.journal, SUMMARY_ALIAS, reply, step)
+    text = reply.text.strip()
+    if not text:
+        return _summary_failed(state, loop, step, facts, "the summary came back empty")
+    covered = (state.summary.messages if state.summary is not None else 0) + len(older)
+    state.summary = Summary(text[:SUMMARY_CHARS], cut, covered)
+    after = estimate_tokens(masked_for_model(outgoing(state.messages, state.summary),
+                                             loop.keep_turns))
+    loop.journal.emit("context_compacted", {
+        **facts, "ok": True, "messages_summarised": len(older), "messages_kept": len(
+            state.messages) - cut, "summary_chars": len(state.summary.text),
+        "before_tokens_estimate": before, "after_tokens_estimate": after,
+        "freed_tokens_estimate": before - after}, parent=step)
+    return True
+
+
+def _summary_failed(state: RunState, loop: Loop, step: int, facts: dict[str, object],
+                    error: str) -> bool:
+    state.compaction_failures += 1
+    loop.journal.emit("context_compacted", {**facts, "ok": False, "error": error[:300],
+                                            "failures": state.compaction_failures}, parent=step)
+    return False
 
 
 def record_reply(journal: RunJournal, reply: Reply, step: int) -> None:

@@ -12,6 +12,7 @@ from tickwork.sql.journal import JournalWriter, RunJournal
 from tickwork.worker.agent_loop import Loop
 from tickwork.worker.calls import CallPolicy
 from tickwork.worker.claim import AgentDefinition, ClaimedRun
+from tickwork.worker.compaction import ContextLimits
 from tickwork.worker.continuation import Chain, call_prefix
 from tickwork.worker.model import ModelProvider
 from tickwork.worker.redact import redact
@@ -71,6 +72,10 @@ class RunDeps:
                             judge_window=self.settings.judge_window)
 
     @cached_property
+    def context_limits(self) -> ContextLimits:
+        return self.settings.context_limits()
+
+    @cached_property
     def query_limits(self) -> QueryLimits:
         return QueryLimits(time_limit_s=self.settings.query_file_time_limit_seconds,
                            memory_mb=self.settings.query_file_memory_mb,
@@ -98,6 +103,7 @@ def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal
                 max_turns=s.max_model_turns,
                 cancel_requested=lambda: _cancel_requested(journal),
                 token_budget=s.token_budget, keep_turns=s.context_keep_turns,
+                context=deps.context_limits,
                 call_prefix=call_prefix(run.attempt))
 
 

@@ -3,6 +3,8 @@
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tickwork.worker.compaction import ContextLimits, parse_context_windows
+
 
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore")
@@ -34,6 +36,14 @@ class WorkerSettings(BaseSettings):
     # What is sent to the model keeps the tool results of this many latest turns whole; older
     # ones are masked as a stub (the journal and the saved state keep everything).
     context_keep_turns: int = 3
+    # Each model alias's context window in tokens: one number for every alias, or
+    # "alias=N" entries (a bare number among them is the default for unlisted aliases).
+    model_context_tokens: str = "8192"
+    # When a call's reported input tokens reach this fraction of its alias's window, the older
+    # part of the conversation is summarised (alias "summary") in what is sent; a fixed
+    # threshold in tokens overrides the fraction when not 0.
+    context_compact_fraction: float = 0.7
+    context_compact_tokens: int = 0
     # A vendor tool call still running after this long is stopped and told to the model.
     tool_timeout_seconds: float = 60.0
     offload_threshold_chars: int = 4000
@@ -51,3 +61,30 @@ class WorkerSettings(BaseSettings):
         if value < 1:
             raise ValueError(f"concurrency must be a whole number of at least 1 (got {value})")
         return value
+
+    @field_validator("model_context_tokens")
+    @classmethod
+    def _windows(cls, value: str) -> str:
+        parse_context_windows(value)  # raises a one-sentence error naming the bad entry
+        return value
+
+    @field_validator("context_compact_fraction")
+    @classmethod
+    def _fraction(cls, value: float) -> float:
+        if not 0 < value <= 1:
+            raise ValueError(f"TICKWORK_CONTEXT_COMPACT_FRACTION must be above 0 and at most 1 "
+                             f"(got {value})")
+        return value
+
+    @field_validator("context_compact_tokens")
+    @classmethod
+    def _threshold(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError(f"TICKWORK_CONTEXT_COMPACT_TOKENS must be 0 (use the fraction) or a "
+                             f"positive number of tokens (got {value})")
+        return value
+
+    def context_limits(self) -> ContextLimits:
+        return ContextLimits(windows=parse_context_windows(self.model_context_tokens),
+                             fraction=self.context_compact_fraction,
+                             fixed=self.context_compact_tokens)

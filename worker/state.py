@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tickwork.worker.compaction import Summary
 from tickwork.worker.model import Message, RunView, ToolCall, Usage
 from tickwork.worker.redact import redact, redact_text
 from tickwork.worker.walls import Meter
@@ -41,6 +42,12 @@ class RunState:
     # Set once the provider said the context was too long: from then on only the newest
     # turn's tool results are sent whole.
     context_tight: bool = False
+    # The summary that replaces the older messages in what is sent (worker/compaction.py),
+    # the input tokens the latest agent call reported (what decides the next compaction), and
+    # how often the summariser failed (past a limit it is not asked again).
+    summary: Summary | None = None
+    last_input_tokens: int | None = None
+    compaction_failures: int = 0
 
     @classmethod
     def start(cls, instructions: str, run_input: dict[str, Any], *, units: int) -> "RunState":
@@ -75,7 +82,9 @@ class RunState:
                 "model_turns": self.model_turns, "judge_calls": self.judge_calls,
                 "plan": self.plan, "meter": self.meter.to_state(), "units_left": self.units_left,
                 "pending": pending, "usage": self.usage(),
-                "context_tight": self.context_tight}
+                "context_tight": self.context_tight, "summary": _summary_at_rest(self.summary),
+                "last_input_tokens": self.last_input_tokens,
+                "compaction_failures": self.compaction_failures}
 
     @classmethod
     def from_state(cls, saved: Any) -> "RunState":
@@ -96,9 +105,34 @@ class RunState:
                        input_tokens=int(usage.get("input_tokens", 0)),
                        output_tokens=int(usage.get("output_tokens", 0)),
                        model_calls=int(usage.get("model_calls", 0)),
-                       context_tight=bool(saved.get("context_tight", False)))
+                       context_tight=bool(saved.get("context_tight", False)),
+                       # Absent in states saved before compaction: none yet.
+                       summary=_summary_from(saved.get("summary")),
+                       last_input_tokens=_count_or_none(saved.get("last_input_tokens")),
+                       compaction_failures=int(saved.get("compaction_failures", 0)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptState(f"saved run state is unreadable ({type(exc).__name__}: {exc})")
+
+
+def _summary_at_rest(summary: Summary | None) -> dict[str, Any] | None:
+    """The summary as saved: model-written text, redacted like the assistant's own."""
+    if summary is None:
+        return None
+    return {"text": redact_text(summary.text), "upto": summary.upto,
+            "messages": summary.messages}
+
+
+def _summary_from(saved: Any) -> Summary | None:
+    if saved is None:
+        return None
+    text, upto, count = saved["text"], int(saved["upto"]), int(saved["messages"])
+    if not isinstance(text, str) or upto < 0 or count < 0:
+        raise ValueError("the saved summary is not {text, upto, messages}")
+    return Summary(text, upto, count)
+
+
+def _count_or_none(value: Any) -> int | None:
+    return None if value is None else max(0, int(value))
 
 
 def at_rest(message: Message) -> dict[str, Any]:
@@ -115,9 +149,10 @@ def at_rest(message: Message) -> dict[str, Any]:
 
 def task_text(run_input: dict[str, Any]) -> str:
     """The user's task: input.prompt when given, else the input itself minus the scripted
-    provider's directions (a real model should not read a script meant for a fake one)."""
+    provider's directions (script, judge, summary: a real model should not read a script
+    meant for a fake one)."""
     prompt = run_input.get("prompt")
     if isinstance(prompt, str) and prompt:
         return prompt
-    rest = {k: v for k, v in run_input.items() if k not in ("script", "judge")}
+    rest = {k: v for k, v in run_input.items() if k not in ("script", "judge", "summary")}
     return json.dumps(rest, sort_keys=True) if rest else "Do your task."

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from tickwork.sql import failpoints
-from tickwork.worker.model import (Message, Reply, RunView, TextSink, ToolCall, ToolSchema, Usage,
-                          canonical_name)
+from tickwork.worker.model import (ContextTooLong, Message, Reply, RunView, TextSink, ToolCall,
+                                   ToolSchema, Usage, canonical_name)
 
 JUDGE_ALIAS = "judge"
+SUMMARY_ALIAS = "summary"
+_SUMMARY_KEYS = {"text", "usage", "fail"}
 MAX_REPEAT = 100_000
 LAST_FILE_REF = "$last_file_ref"
 PARSED_SCRIPTS_KEPT = 10_000  # about the runs a worker holds in flight
@@ -35,6 +37,10 @@ _REPEAT_KEYS = {"tool", "times", "vary", "arguments"}
 
 class ScriptError(ValueError):
     """The run's script is malformed; the message names the turn and becomes the failure reason."""
+
+
+class ScriptedFailure(RuntimeError):
+    """A failure the script asked for (``input.summary.fail``), as a provider's would be."""
 
 
 @dataclass(frozen=True)
@@ -194,6 +200,36 @@ def verdict_at(raw: Any, position: int) -> str:
     return raw[min(position, len(raw) - 1)]
 
 
+def summary_reply(raw: Any, messages: list[Message]) -> Reply:
+    """The summary alias's answer from ``input.summary``: absent, a fixed sentence naming how
+    much transcript it read; a string, that text; an object ``{"text", "usage", "fail"}``
+    (all optional): ``fail`` makes the call fail ("context_too_long" as a context refusal,
+    anything else as a provider failure with that message)."""
+    read = sum(len(m.content) for m in messages)
+    if raw is None:
+        return Reply(text=f"Scripted summary of the earlier conversation ({read} characters "
+                          "read).")
+    if isinstance(raw, str):
+        return Reply(text=raw)
+    if not isinstance(raw, dict) or not set(raw) <= _SUMMARY_KEYS:
+        raise ScriptError('The summary script must be a string or {"text", "usage", "fail"}.')
+    fail = raw.get("fail")
+    if fail is not None:
+        if fail == "context_too_long":
+            raise ContextTooLong(f"maximum context length exceeded by the summary prompt "
+                                 f"({read} characters)")
+        raise ScriptedFailure(str(fail))
+    text = raw.get("text", "Scripted summary of the earlier conversation.")
+    if not isinstance(text, str):
+        raise ScriptError("The summary script's text is not a string.")
+    try:
+        usage = _usage(0, raw["usage"]) if "usage" in raw else None
+    except ScriptError:
+        raise ScriptError('The summary script has a usage that is not {"input_tokens": n, '
+                          '"output_tokens": n} with whole numbers.') from None
+    return Reply(text=text, usage=usage)
+
+
 def last_file_ref(messages: list[Message]) -> str | None:
     """The file reference of the most recent offloaded tool result, if any."""
     for message in reversed(messages):
@@ -220,7 +256,8 @@ def substitute(value: Any, file_ref: str | None) -> Any:
 
 
 class ScriptedProvider:
-    """ModelProvider replaying `run.input["script"]` (and `run.input["judge"]` for the judge).
+    """ModelProvider replaying `run.input["script"]` (`run.input["judge"]` for the judge,
+    `run.input["summary"]` for the summary).
     A run's script is parsed at its first turn and kept for its next ones (the run's input is
     the same object all along; a bounded number of scripts are kept, the oldest dropped)."""
 
@@ -243,6 +280,8 @@ class ScriptedProvider:
         given = run.input or {}
         if alias == JUDGE_ALIAS:
             return Reply(text=verdict_at(given.get("judge"), run.judge_calls))
+        if alias == SUMMARY_ALIAS:
+            return summary_reply(given.get("summary"), messages)
         delay, turn = turn_at(self._segments(given.get("script")), run.model_turns)
         if delay > 0:
             # Tests: a worker whose scripted "thinking" must outlast whatever they do to it.

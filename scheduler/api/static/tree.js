@@ -10,7 +10,7 @@ const GATE_MARKS = {done: OK, plan_complete: OK, question: ASKS, stalled: AGAIN,
 const MARK_STATES = {[OK]: "ok", [FAILED]: "failed", [RUNNING]: "running", [WAITING]: "waiting"};
 const EVENT_TYPES = ["run_start", "step_start", "reasoning_delta", "tool_start", "tool_complete",
   "content_delta", "budget_refusal", "gate_decision", "approval_required", "run_complete",
-  "model_usage", "context_masked"];
+  "model_usage", "context_masked", "context_compacted"];
 
 /** The run's journal through the browser's own EventSource. The browser reconnects by itself
  * after a drop and sends Last-Event-ID; when it gives up (a non-200 answer, e.g. 401 once the

@@ -239,15 +239,24 @@ def _known_result(seen: SeenCall, stored: dict[str, tuple[str, bool]],
 
 async def _meter(seen: SeenCall, state: RunState, spec_of: Callable[[str], ToolSpec | None],
                  walls: WallSettings) -> None:
-    """The walls' meters as the call left them, and the plan as update_plan left it."""
+    """The walls' meters as the call left them, the plan as update_plan left it, and the
+    tools load_tools bound."""
     spec = spec_of(seen.tool)
     if spec is None:
         state.meter.external_attempts += 1
         return
     call = ToolCall(seen.id, seen.tool, seen.arguments)
     record_call(call, spec, state.meter, check_call(call, spec, state.meter, walls))
-    if spec.key == "update_plan" and seen.completed and seen.ok:
+    if not (seen.completed and seen.ok):
+        return
+    if spec.key == "update_plan":
         try:
             await local.update_plan(state.plan, seen.arguments.get("steps"))
         except local.ToolInputError:
             pass  # it failed the first time too
+    elif spec.key == "load_tools":  # bound again: the retry's calls carry their schemas
+        names = seen.arguments.get("names")
+        for name in names if isinstance(names, list) else []:
+            found = spec_of(canonical_name(str(name)))
+            if found is not None and not found.is_local and found.key not in state.loaded_tools:
+                state.loaded_tools.append(found.key)

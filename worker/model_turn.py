@@ -13,6 +13,7 @@ batches (worker/streaming.py), and not again whole.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tickwork.sql.journal import RunJournal
@@ -25,6 +26,7 @@ from tickwork.worker.model import ContextTooLong, Message, Reply
 from tickwork.worker.state import RunState
 from tickwork.worker.stop_gate import UNREADABLE, judge_messages, parse_verdict
 from tickwork.worker.streaming import TextStream
+from tickwork.worker.toolbox import ToolBox
 
 if TYPE_CHECKING:
     from tickwork.worker.agent_loop import Loop
@@ -73,7 +75,8 @@ async def _complete(state: RunState, loop: Loop, step: int, sent: list[Message])
                         monotonic=loop.monotonic)
     try:
         with tracing.model_call("default", step) as span:
-            reply = await loop.provider.complete("default", sent, loop.toolbox.schemas(),
+            reply = await loop.provider.complete("default", with_tool_index(sent, loop.toolbox),
+                                                 loop.toolbox.schemas(),
                                                  state.view(loop.run_input), on_text=stream)
             tracing.note_usage(span, reply.usage)
     except BaseException:
@@ -87,6 +90,15 @@ async def _complete(state: RunState, loop: Loop, step: int, sent: list[Message])
     if reply.usage is not None:  # what decides the next compaction
         state.last_input_tokens = max(0, int(reply.usage.input_tokens))
     return reply
+
+
+def with_tool_index(sent: list[Message], toolbox: ToolBox) -> list[Message]:
+    """What is sent, with the system message naming the tools whose schemas are not sent
+    (worker/tool_index.py); the run's own messages are not changed."""
+    index = toolbox.tool_index()
+    if index is None or not sent or sent[0].role != "system":
+        return sent
+    return [replace(sent[0], content=f"{sent[0].content}\n\n{index}"), *sent[1:]]
 
 
 def _too_long(why: str) -> ContextExhausted:

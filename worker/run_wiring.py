@@ -92,7 +92,8 @@ def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal
                       plan=state.plan, offload_threshold=s.offload_threshold_chars,
                       preview_chars=s.offload_preview_chars, redact=redact,
                       tool_timeout=s.tool_timeout_seconds, query_limits=deps.query_limits,
-                      chain_root=root, tenant_id=run.tenant_id, secrets=secrets)
+                      chain_root=root, tenant_id=run.tenant_id, secrets=secrets,
+                      loaded=state.loaded_tools if s.tool_schemas_on_demand else None)
     policy = CallPolicy(walls=deps.walls, auto_approve=frozenset(agent.auto_approve),
                         stored_result=lambda call_id: stored_result(pool, root, call_id),
                         store_result=lambda call_id, text, ok: store_result(

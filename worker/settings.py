@@ -36,6 +36,10 @@ class WorkerSettings(BaseSettings):
     # What is sent to the model keeps the tool results of this many latest turns whole; older
     # ones are masked as a stub (the journal and the saved state keep everything).
     context_keep_turns: int = 3
+    # Names first (worker/tool_index.py): a model call carries the local tools' schemas and
+    # those the run loaded with load_tools; the prompt names the rest. False: every schema on
+    # every call (for a model that cannot be trusted to load what it needs).
+    tool_schemas_on_demand: bool = True
     # Each model alias's context window in tokens: one number for every alias, or
     # "alias=N" entries (a bare number among them is the default for unlisted aliases).
     model_context_tokens: str = "8192"

@@ -48,6 +48,9 @@ class RunState:
     summary: Summary | None = None
     last_input_tokens: int | None = None
     compaction_failures: int = 0
+    # The tools whose schemas the run loaded (load_tools, worker/tool_index.py): bound for the
+    # rest of the run, so every later call carries them.
+    loaded_tools: list[str] = field(default_factory=list)
 
     @classmethod
     def start(cls, instructions: str, run_input: dict[str, Any], *, units: int) -> "RunState":
@@ -84,7 +87,8 @@ class RunState:
                 "pending": pending, "usage": self.usage(),
                 "context_tight": self.context_tight, "summary": _summary_at_rest(self.summary),
                 "last_input_tokens": self.last_input_tokens,
-                "compaction_failures": self.compaction_failures}
+                "compaction_failures": self.compaction_failures,
+                "loaded_tools": list(self.loaded_tools)}
 
     @classmethod
     def from_state(cls, saved: Any) -> "RunState":
@@ -106,6 +110,7 @@ class RunState:
                        output_tokens=int(usage.get("output_tokens", 0)),
                        model_calls=int(usage.get("model_calls", 0)),
                        context_tight=bool(saved.get("context_tight", False)),
+                       loaded_tools=[str(name) for name in saved.get("loaded_tools", [])],
                        # Absent in states saved before compaction: none yet.
                        summary=_summary_from(saved.get("summary")),
                        last_input_tokens=_count_or_none(saved.get("last_input_tokens")),

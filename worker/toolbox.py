@@ -27,6 +27,7 @@ from tickwork.worker.tools import local
 from tickwork.worker.tools.offload import maybe_offload
 from tickwork.worker.tools.registry import ToolSpec
 from tickwork.worker.secrets import RunSecrets
+from tickwork.worker.tool_index import bound_schemas, index_text, load
 from tickwork.worker.tools.sandbox import QueryLimits
 
 
@@ -89,7 +90,8 @@ class ToolBox:
                  offload_threshold: int, preview_chars: int,
                  redact: Callable[[Any], Any], tool_timeout: float = 60.0,
                  query_limits: QueryLimits | None = None, chain_root: UUID | None = None,
-                 tenant_id: UUID | None = None, secrets: RunSecrets | None = None) -> None:
+                 tenant_id: UUID | None = None, secrets: RunSecrets | None = None,
+                 loaded: list[str] | None = None) -> None:
         self._tools = tools
         self._specs = tools.specs
         self._timeout = tool_timeout
@@ -100,11 +102,21 @@ class ToolBox:
         self._root = chain_root or execution_id
         self._tenant_id = tenant_id
         self._secrets = secrets
+        # Names first (worker/tool_index.py): the run's loaded tools, kept in its state; None
+        # sends every schema on every call.
+        self._loaded = loaded
         self._threshold, self._preview, self._redact = offload_threshold, preview_chars, redact
 
     def schemas(self) -> list[ToolSchema]:
-        """The tools' schemas for the model (shared by every run of the same tools: read only)."""
-        return self._tools.schemas
+        """The schemas a model call carries: every tool's, or (names first) the local tools'
+        and the loaded ones'."""
+        if self._loaded is None:
+            return self._tools.schemas  # shared by every run of the same tools: read only
+        return bound_schemas(self._specs, self._loaded)
+
+    def tool_index(self) -> str | None:
+        """The system prompt's list of the tools whose schemas are not sent (names first)."""
+        return None if self._loaded is None else index_text(self._specs, self._loaded)
 
     def spec(self, name: str) -> ToolSpec | None:
         return self._specs.get(canonical_name(name))
@@ -148,6 +160,11 @@ class ToolBox:
             return ToolOutcome(json.dumps({"error": message}), False)
         return ToolOutcome(text, True)
 
+    def _load(self, names: Any) -> dict[str, Any] | None:
+        if self._loaded is None:
+            return {"loaded": [], "note": "every tool of this agent is already loaded"}
+        return load(self._specs, self._loaded, names)
+
     def _shown(self, value: Any) -> Any:
         """A tool's result or error as stored and sent: redacted, and scrubbed of the tenant
         secrets the run was handed."""
@@ -159,7 +176,7 @@ class ToolBox:
         if spec.is_local:  # run here, in the worker, never metered (worker/tools/local.py)
             return await spec.function(local.LocalContext(
                 conn, self._root, self._plan, max_chars=self._threshold,
-                query_limits=self._query_limits), **arguments)
+                query_limits=self._query_limits, load_tools=self._load), **arguments)
         # One key per call, the same in every attempt of the chain: a vendor can deduplicate
         # a call that a retry makes again because its result was never recorded.
         context = ToolContext(conn, self._execution_id, f"{self._root}:{call_id}", self._pool,

@@ -229,6 +229,9 @@ class Tools:
     def schemas(self):
         return []
 
+    def tool_index(self):
+        return None
+
 
 def loop_for(provider, **context) -> Loop:
     journal = RunJournal(None, uuid4(), uuid4(), next_seq=2, linger_seconds=None)

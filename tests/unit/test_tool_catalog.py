@@ -37,8 +37,8 @@ def test_the_shipped_catalog_has_the_demo_vendor_and_the_local_tools():
     assert {"demo.get_record", "demo.list_records", "demo.search_records",
             "demo.send_message"} <= set(specs)
     assert specs["demo.send_message"].tool_class == "send"
-    assert {k for k, s in specs.items() if s.is_local} == {"update_plan", "task_complete",
-                                                           "read_file", "query_file"}
+    assert {k for k, s in specs.items() if s.is_local} == {
+        "update_plan", "task_complete", "load_tools", "read_file", "query_file"}
     assert specs["query_file"].parameters["required"] == ["file_ref", "sql"]
 
 

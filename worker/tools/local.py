@@ -41,6 +41,9 @@ class LocalContext:
     plan: dict[str, Any]  # the run's plan state, which update_plan replaces
     max_chars: int  # the offload threshold: read_file's reply must render within it
     query_limits: QueryLimits
+    # load_tools: binds the named tools for the rest of the run, returns their schemas
+    # (worker/tool_index.py); None where the run sends every schema anyway.
+    load_tools: Callable[[Any], dict[str, Any]] | None = None
 
 
 # Their arguments are declared so that the model sees them and so that it can pass nothing
@@ -71,6 +74,10 @@ class ReadFileArguments(_Strict):
 class QueryFileArguments(_Strict):
     file_ref: str
     sql: str
+
+
+class LoadToolsArguments(_Strict):
+    names: list[str]
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,13 @@ def _plan_step(number: int, step: Any) -> dict[str, str]:
         raise ToolInputError(f"step {number} ({title.strip()!r}) has status {status!r}; "
                              f"use one of {', '.join(PLAN_STATUSES)}")
     return {"title": title.strip(), "status": status}
+
+
+async def load_tools(context: LocalContext, names: list[str]) -> dict[str, Any]:
+    """Bind the named tools' schemas for the rest of the run, and return them."""
+    if context.load_tools is None:  # every schema is sent already
+        return {"loaded": [], "note": "every tool of this agent is already loaded"}
+    return context.load_tools(names)
 
 
 async def task_complete(summary: str = "") -> dict[str, Any]:
@@ -193,6 +207,9 @@ LOCAL_TOOLS: tuple[LocalTool, ...] = (
               "table named result.", QueryFileArguments, lambda ctx, **arguments: query_file(
                   ctx.conn, ctx.execution_id, limits=ctx.query_limits, **arguments),
               query_loop=True),
+    LocalTool("load_tools", "read", "Load the parameters of tools listed by name in the system "
+              "prompt, all you need in one call; then call them.", LoadToolsArguments,
+              lambda ctx, **arguments: load_tools(ctx, **arguments)),
 )
 # The local tools the query-loop wall meters (worker/walls.py); every other one is never metered.
 QUERY_LOOP_TOOLS = frozenset(tool.name for tool in LOCAL_TOOLS if tool.query_loop)

@@ -84,9 +84,9 @@ class SchedulerSettings(BaseSettings):
     @field_validator("api_max_connections", "api_max_header_bytes", "api_body_budget_bytes",
                      "api_header_timeout_seconds", "api_body_timeout_seconds")
     @classmethod
-    def _server_limit_positive(cls, value: float, info) -> float:
-        if value <= 0:
-            raise ValueError(f"{info.field_name} must be more than 0, not {value}")
+    def _server_limit_positive(cls, value: float) -> float:
+        if value <= 0:  # pydantic names the setting; the CLI as its variable (settings_error)
+            raise ValueError(f"must be more than 0, not {value}")
         return value
 
     @field_validator("trusted_proxies")

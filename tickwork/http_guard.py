@@ -64,17 +64,19 @@ class GuardedHttp(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        if self._phase == "head":
+        # Outside a body, what arrives is a request's head (the next one, while an answer is
+        # being written): counted before parsing, judged after, so that bytes which completed
+        # the headers and went on into a body are not held against them.
+        if self._phase != "body":
             self._head_bytes += len(data)
         super().data_received(data)
-        # Counted before parsing, judged after: bytes that completed the headers were a body's.
-        if self._phase == "head" and self._head_bytes > self.max_header_bytes \
+        if self._phase != "body" and self._head_bytes > self.max_header_bytes \
                 and not self.transport.is_closing():
             self.transport.write(HEADERS_TOO_LARGE)
             self.transport.close()
 
     def on_headers_complete(self) -> None:
-        self._phase = "body"
+        self._phase, self._head_bytes = "body", 0
         self._arm(self.body_timeout)
         super().on_headers_complete()
 

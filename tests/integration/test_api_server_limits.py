@@ -197,9 +197,24 @@ async def test_half_open_connections_are_capped_and_time_out(start_api):
         assert (await http.get("/healthz")).status_code == 200
 
 
-async def test_a_body_that_never_arrives_is_given_up(start_api):
+async def test_a_body_that_never_arrives_is_given_up(start_api, db_url):
+    """A client with a valid token that sends its headers and then only part of its body holds
+    the connection (and the body's place in the budget) no longer than the body deadline."""
+    token = (await tokens_for(db_url))["admin"]
     api = await start_api(TICKWORK_API_BODY_TIMEOUT_SECONDS="1")
     with connect(api) as sock:
-        sock.sendall(request_head(api, "/v1/agents", MB, WRONG) + b"[")
-        assert status_of(sock) == 401
+        sock.sendall(request_head(api, "/v1/agents", MB, token) + b"[")
         assert closed_by_server(sock)  # the rest of the body never came: closed at its deadline
+
+
+async def test_headers_past_the_limit_are_refused_and_the_connection_closed(start_api):
+    api = await start_api(TICKWORK_API_MAX_HEADER_BYTES="8192")
+    with connect(api) as sock:
+        # 10 kB of headers, not yet ended (all of it sent: the server reads every byte before
+        # it answers, so its close is not a reset that could lose the answer).
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\n" + b"".join(
+            f"X-Filler-{n}: {'y' * 1000}\r\n".encode() for n in range(10)))
+        assert status_of(sock) == 431
+        assert closed_by_server(sock)
+    async with httpx.AsyncClient(base_url=api.base_url, timeout=PATIENCE) as http:
+        assert (await http.get("/healthz")).status_code == 200

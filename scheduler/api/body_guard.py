@@ -1,8 +1,9 @@
 """Refuse bad requests before the framework parses them: body size, content type, invalid JSON,
-depth, duplicate keys, and NUL characters in query parameters or headers (Postgres cannot
-store them), and a budget of body bytes read at once. Values inside a body (text with NUL, NaN, Infinity, numbers too large to store)
-are checked by the request models, which know each field's name. Each refusal is a JSON error with
-a sentence; the buffered body is handed on unchanged when it passes.
+depth, duplicate keys, NUL characters in query parameters or headers (Postgres cannot store
+them), and more bodies at once than the budget allows. Values inside a body (text with NUL, NaN,
+Infinity, numbers too large to store) are checked by the request models, which know each
+field's name. Each refusal is a JSON error with a sentence; the buffered body is handed on
+unchanged when it passes.
 
 The budget bounds the memory that bodies being read and parsed can take together: a request
 reserves its declared length (the most a body may be, when it is sent in chunks) before its
@@ -22,7 +23,8 @@ MAX_DEPTH = 32
 
 
 class BodyRefused(Exception):
-    def __init__(self, status: int, code: str, message: str, retry_after: int | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str,
+                 retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
         self.retry_after = retry_after

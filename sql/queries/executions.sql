@@ -220,10 +220,11 @@ SELECT id, attempt, max_attempts FROM executions
 
 -- name: lock_approved_call_shared
 -- A resumed run's approved call about to run (worker/cancel_fence.py): a session lock, shared,
--- held on a connection of its own until the call has ended (closing it lets go). A person's cancel takes the same
--- key exclusively (lock_approved_call_for_cancel), so a cancel never commits while the call
--- is running: it commits before (the call then never runs) or after it.
-SELECT pg_advisory_lock_shared(hashtextextended('tickwork approved call ' || %(execution_id)s::text, 0));
+-- held on a connection of its own until the call has ended (closing it lets go). A person's
+-- cancel takes the same key exclusively (lock_approved_call_for_cancel), so a cancel never
+-- commits while the call is running: it commits before (the call then never runs) or after it.
+SELECT pg_advisory_lock_shared(
+           hashtextextended('tickwork approved call ' || %(execution_id)s::text, 0));
 
 -- name: get_execution_cancel_requested
 -- Read after lock_approved_call_shared was granted, in a statement of its own (its snapshot is

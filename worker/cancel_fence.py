@@ -20,14 +20,16 @@ from uuid import UUID
 from psycopg_pool import AsyncConnectionPool
 
 from tickwork.sql import QUERIES
-from tickwork.sql.db import connect
+from tickwork.sql.db import connect, reconnecting
+
+_connect = reconnecting(connect)  # through a Postgres restart, as the pool's connections are
 
 
 @asynccontextmanager
 async def approved_call_fence(pool: AsyncConnectionPool,
                               execution_id: UUID) -> AsyncIterator[bool]:
     """Yield whether the run was cancelled; while inside, no cancel of the run can commit."""
-    conn = await connect(pool.conninfo, application_name="tickwork-worker-fence")
+    conn = await _connect(pool.conninfo, application_name="tickwork-worker-fence")
     try:
         params = {"execution_id": execution_id}
         await conn.execute(QUERIES["lock_approved_call_shared"], params)

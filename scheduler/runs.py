@@ -147,9 +147,13 @@ async def list_runs(conn: AsyncConnection, principal: Principal, *, agent_id: UU
 
 async def cancel_run(conn: AsyncConnection, principal: Principal, run_id: UUID) -> dict:
     """A queued run, or one waiting for approval, is cancelled at once (the waiting run's
-    approvals with it); a running one stops at its next turn boundary. A run that has ended
-    is a Conflict; another tenant's is not found."""
+    approvals with it); a running one stops at its next turn boundary, and before an approved
+    call it has not started. A run that has ended is a Conflict; another tenant's is not
+    found."""
     async with conn.transaction():
+        # An approved call the run is making now ends first: a cancel never commits while it
+        # runs, so one committed before it means it never runs (worker/cancel_fence.py).
+        await conn.execute(QUERIES["lock_approved_call_for_cancel"], {"id": run_id})
         row = await (await conn.execute(QUERIES["update_execution_cancelled"], {
             "id": run_id, "tenant_id": principal.tenant_id})).fetchone()
     if row is None:

@@ -48,6 +48,14 @@ class SchedulerSettings(BaseSettings):
     # the failed-login brake. Empty: the header is ignored and the peer address counts.
     trusted_proxies: str = ""
     test_mode: bool = False
+    # The API's HTTP server (tickwork/http_guard.py, scheduler/api/body_guard.py): connections
+    # held at once (more are answered 503 and closed), seconds a client has to send a request's
+    # headers and then its body, bytes of headers, and bytes of bodies read at once.
+    api_max_connections: int = 1000
+    api_header_timeout_seconds: float = 10.0
+    api_body_timeout_seconds: float = 30.0
+    api_max_header_bytes: int = 65_536
+    api_body_budget_bytes: int = 16 * 1024 * 1024
     # /docs and /redoc (FastAPI's pages load their scripts from a third-party CDN, on the origin
     # that holds the operator's token): off unless TICKWORK_API_DOCS=true. /openapi.json stays.
     api_docs: bool = False
@@ -71,6 +79,14 @@ class SchedulerSettings(BaseSettings):
     def _lock_timeout_positive(cls, value: int) -> int:
         if not 1 <= value <= 60_000:
             raise ValueError(f"retention lock timeout must be between 1 and 60000 ms, not {value}")
+        return value
+
+    @field_validator("api_max_connections", "api_max_header_bytes", "api_body_budget_bytes",
+                     "api_header_timeout_seconds", "api_body_timeout_seconds")
+    @classmethod
+    def _server_limit_positive(cls, value: float) -> float:
+        if value <= 0:  # pydantic names the setting; the CLI as its variable (settings_error)
+            raise ValueError(f"must be more than 0, not {value}")
         return value
 
     @field_validator("trusted_proxies")

@@ -79,7 +79,7 @@ def api(host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     from tickwork.processes import run_api
 
     configure_logging()
-    run_api(database_url(), SchedulerSettings(), host, port)
+    run_api(database_url(), scheduler_settings(), host, port)
 
 
 @app.command()
@@ -89,7 +89,15 @@ def scheduler() -> None:
     from tickwork.processes import serve_scheduler
 
     configure_logging()
-    run_on_uvloop(serve_scheduler(database_url(), SchedulerSettings()))
+    run_on_uvloop(serve_scheduler(database_url(), scheduler_settings()))
+
+
+def scheduler_settings() -> SchedulerSettings:
+    """The API's and the scheduler's settings; a bad one is a sentence, not a traceback."""
+    try:
+        return SchedulerSettings()
+    except ValidationError as exc:
+        fail(settings_error(exc))
 
 
 def settings_error(exc: ValidationError) -> str:

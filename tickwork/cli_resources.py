@@ -14,12 +14,13 @@ import typer
 import yaml
 from rich.console import Console
 from rich.table import Column, Table
+from rich.text import Text
 
 from tickwork.scheduler import localtime
 from tickwork.client import ApiClient, ApiError, fail
 from tickwork.local_zone import machine_zone
 from tickwork.tail import tail_run
-from tickwork.terminal_text import plain_cells
+from tickwork.terminal_text import plain, plain_cells
 
 # Ids must stay whole when output is piped (rich would otherwise squeeze tables to 80 columns).
 # markup=False: names and reasons from the API are printed as they are, never as rich markup.
@@ -128,7 +129,8 @@ def apply_agents(files: List[Path] = typer.Argument(..., metavar="FILE...", exis
         except ApiError as exc:
             # A field here is a key of the YAML file, not a flag: name the file and the key.
             fail(f"{path}: {exc.said_to_user()}")
-        out.print(f"{verb} agent {agent['name']} ({agent['id']})", highlight=False)
+        out.print(Text.assemble(f"{verb} agent ", plain(agent["name"]), f" ({agent['id']})"),
+                  highlight=False)
 
 
 @agent_app.command("list")
@@ -160,7 +162,9 @@ def remove_agent(agent: str = AGENT_ARGUMENT) -> None:
     client = ApiClient()
     found = resolve_agent(client, agent)
     call(client, "DELETE", f"/v1/agents/{found['id']}")
-    out.print(f"deleted agent {found['name']} and its schedules", highlight=False)
+    # The name is the tenant's text: shown inert (tickwork/terminal_text.py), never as markup.
+    out.print(Text.assemble("deleted agent ", plain(found["name"]), " and its schedules"),
+              highlight=False)
 
 
 def convert(daily: str | None, weekly: str | None, every: str | None, cron: str | None,

@@ -15,6 +15,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.cron import CronTrigger
 from psycopg_pool import AsyncConnectionPool
 
+from tickwork.http_guard import guarded_protocol
 from tickwork.scheduler.api.app import create_app
 from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.scheduler.tick import TickOutcome, run_tick
@@ -72,9 +73,12 @@ def api_server_config(app, host: str, port: int) -> uvicorn.Config:
     CPU per request than our handler did); the event loop is uvloop when started by run_api.
     proxy_headers off: X-Forwarded-For is believed only from TICKWORK_TRUSTED_PROXIES (the
     failed-login brake's client_address); uvicorn's own handling would believe any local
-    peer's header first, so a client on the same host could rotate it to evade the brake."""
+    peer's header first, so a client on the same host could rotate it to evade the brake.
+    The protocol is httptools' with a cap on connections and deadlines for headers and bodies
+    (tickwork/http_guard.py), set by the app's settings."""
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                          timeout_graceful_shutdown=5, http="httptools", proxy_headers=False)
+                          timeout_graceful_shutdown=5, http=guarded_protocol(app.state.settings),
+                          proxy_headers=False)
 
 
 async def serve_api(url: str, settings: SchedulerSettings, host: str, port: int,

@@ -7,28 +7,45 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from tickwork.sql import failpoints
 from tickwork.sql.journal import RunJournal
 from tickwork.worker.agent_loop import Loop, Suspension
-from tickwork.worker.calls import approval_payload, execute, rejected
+from tickwork.worker.calls import approval_payload, execute, refused, rejected
+from tickwork.worker.cancel_fence import approved_call_fence
 from tickwork.worker.claim import ClaimedRun, Decision
 from tickwork.worker.redact import for_journal, redact
 from tickwork.worker.run_queries import stored_result
+from tickwork.worker.toolbox import refusal
 from tickwork.worker.state import STATE_VERSION, CorruptState, RunState
 
 
 async def apply_decision(decision: Decision, state: RunState, loop: Loop) -> None:
-    """Run the approved call (exactly once) or tell the model a person said no."""
+    """Run the approved call (exactly once) or tell the model a person said no. A run
+    cancelled before the approved call starts never makes it (worker/cancel_fence.py)."""
     if state.pending is None or not state.pending.calls:
         raise CorruptState("saved run state has no call waiting for a decision")
     call, step = state.pending.calls[0], state.pending.step
     spec = loop.toolbox.spec(call.name)
-    if decision.status == "approved" and spec is not None:
-        message = await execute(call, spec, loop.toolbox, loop.journal, loop.policy, step,
-                                approval_id=decision.approval_id)
-    else:
-        message = rejected(loop.journal, call, decision.reason, step)
-    state.messages.append(message)
-    state.pending.calls.pop(0)
+    if decision.status != "approved" or spec is None:
+        state.messages.append(rejected(loop.journal, call, decision.reason, step))
+        state.pending.calls.pop(0)
+        return
+    await failpoints.hit("resume.before_approved_call")  # tests: a cancel lands just now
+    async with approved_call_fence(loop.toolbox.pool, loop.journal.execution_id) as cancelled:
+        if not cancelled:
+            state.messages.append(await execute(call, spec, loop.toolbox, loop.journal,
+                                                loop.policy, step,
+                                                approval_id=decision.approval_id))
+            state.pending.calls.pop(0)
+            return
+    # Cancelled: neither this call nor the turn's others run; the loop's next turn boundary
+    # ends the run as a person's cancel.
+    loop.journal.cancel_requested = True
+    for waiting in state.pending.calls:
+        state.messages.append(refused(loop.journal, waiting, "run_cancelled", refusal(
+            waiting.name, "a person cancelled the run before it ran", "do not try it again"),
+            step))
+    state.pending.calls.clear()
 
 
 async def suspend(run: ClaimedRun, state: RunState, journal: RunJournal,

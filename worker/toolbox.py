@@ -121,6 +121,11 @@ class ToolBox:
     def spec(self, name: str) -> ToolSpec | None:
         return self._specs.get(canonical_name(name))
 
+    @property
+    def pool(self) -> AsyncConnectionPool:
+        """The worker's pool (an approved call's cancel fence connects beside it)."""
+        return self._pool
+
     async def call(self, call: ToolCall, spec: ToolSpec, *, step: int) -> ToolOutcome:
         """Run a call of a tool this agent has (the caller refuses unknown tools first)."""
         started = time.perf_counter()

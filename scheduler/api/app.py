@@ -12,7 +12,8 @@ from psycopg_pool import AsyncConnectionPool
 from tickwork.scheduler.api import (agents_routes, approvals_routes, ops_routes, runs_routes,
                            schedules_routes, secrets_routes, stats_routes, tokens_routes, viewer,
                            webhooks_routes)
-from tickwork.scheduler.api.body_guard import BodyGuard
+from tickwork.scheduler.api.auth_first import AuthFirst
+from tickwork.scheduler.api.body_guard import BodyBudget, BodyGuard
 from tickwork.scheduler.api.errors import install_error_handlers
 from tickwork.scheduler.api.hub import EventHub
 from tickwork.scheduler.api.once_more import OnceMore
@@ -86,7 +87,9 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
         app.include_router(module.router)
     install_error_handlers(app)
     app.add_middleware(RunStartRoute)  # inside the body guard: it sees only guarded bodies
+    app.add_middleware(BodyGuard, max_bytes=MAX_BODY_BYTES,
+                       budget=BodyBudget(settings.api_body_budget_bytes))
+    app.add_middleware(AuthFirst)  # outside the body guard: no body is read before the token
     # Around the fast run start too: a request whose connection a restart cut, run once more.
     app.add_middleware(OnceMore)
-    app.add_middleware(BodyGuard, max_bytes=MAX_BODY_BYTES)
     return app

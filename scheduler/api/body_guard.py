@@ -1,8 +1,15 @@
 """Refuse bad requests before the framework parses them: body size, content type, invalid JSON,
-depth, duplicate keys, and NUL characters in query parameters or headers (Postgres cannot
-store them). Values inside a body (text with NUL, NaN, Infinity, numbers too large to store)
-are checked by the request models, which know each field's name. Each refusal is a JSON error with
-a sentence; the buffered body is handed on unchanged when it passes."""
+depth, duplicate keys, NUL characters in query parameters or headers (Postgres cannot store
+them), and more bodies at once than the budget allows. Values inside a body (text with NUL, NaN,
+Infinity, numbers too large to store) are checked by the request models, which know each
+field's name. Each refusal is a JSON error with a sentence; the buffered body is handed on
+unchanged when it passes.
+
+The budget bounds the memory that bodies being read and parsed can take together: a request
+reserves its declared length (the most a body may be, when it is sent in chunks) before its
+body is read and keeps it until the app has answered it (the framework parses the body again
+for the route). One that does not fit is answered 503 with Retry-After at once, unread. Only
+authenticated requests get here (scheduler/api/auth_first.py)."""
 
 from __future__ import annotations
 
@@ -16,9 +23,27 @@ MAX_DEPTH = 32
 
 
 class BodyRefused(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, status: int, code: str, message: str,
+                 retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message = status, code, message
+        self.retry_after = retry_after
+
+
+class BodyBudget:
+    """Bytes of request bodies the process holds at once. One event loop: no lock needed."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.used = total, 0
+
+    def take(self, size: int) -> bool:
+        if size and self.used + size > self.total:
+            return False
+        self.used += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.used -= size
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -66,8 +91,8 @@ def check_query_and_headers(scope: Scope) -> None:
 class BodyGuard:
     """ASGI middleware for the /v1 routes."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app: ASGIApp, *, max_bytes: int, budget: BodyBudget) -> None:
+        self.app, self.max_bytes, self.budget = app, max_bytes, budget
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -81,15 +106,36 @@ class BodyGuard:
         if scope["method"] not in ("POST", "PUT", "PATCH"):
             await self.app(scope, receive, send)
             return
-        try:
-            body = await self._read(scope, receive)
-            if body:
-                _require_json(scope)
-                check_json(body)
-        except BodyRefused as refused:
-            await _send_error(send, refused)
+        size = self._reservation(scope)
+        if not self.budget.take(size):
+            await _send_error(send, BodyRefused(
+                503, "busy", "the API is reading too many request bodies at once; try again "
+                "in a second", retry_after=1))
             return
-        await self.app(scope, replay(body), send)
+        try:
+            try:
+                body = await self._read(scope, receive)
+                if body:
+                    _require_json(scope)
+                    check_json(body)
+            except BodyRefused as refused:
+                await _send_error(send, refused)
+                return
+            await self.app(scope, replay(body), send)
+        finally:
+            self.budget.give(size)
+
+    def _reservation(self, scope: Scope) -> int:
+        """What the body may take: its declared length, the most allowed when it is sent in
+        chunks, nothing when there is none; never more than the whole budget, so a body the
+        size limit allows always gets its turn."""
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit():
+            size = min(int(declared), self.max_bytes)
+        else:
+            size = self.max_bytes if b"transfer-encoding" in headers else 0
+        return min(size, self.budget.total)
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
         declared = dict(scope["headers"]).get(b"content-length")
@@ -135,7 +181,9 @@ def replay(body: bytes) -> Receive:
 
 async def _send_error(send: Send, refused: BodyRefused) -> None:
     payload = json.dumps({"error": refused.code, "message": refused.message}).encode()
-    await send({"type": "http.response.start", "status": refused.status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode())]})
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(payload)).encode())]
+    if refused.retry_after is not None:
+        headers.append((b"retry-after", str(refused.retry_after).encode()))
+    await send({"type": "http.response.start", "status": refused.status, "headers": headers})
     await send({"type": "http.response.body", "body": payload})

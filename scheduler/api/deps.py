@@ -51,10 +51,13 @@ def bearer_token(request: Request) -> str:
 
 
 def client_of(request: Request) -> str:
-    """The address failed attempts count against (X-Forwarded-For only from trusted proxies)."""
+    """The address failed attempts count against (X-Forwarded-For only from trusted proxies).
+    Every X-Forwarded-For line counts, in order, as one list (repeated header lines are one
+    comma-separated field, RFC 9110 5.3): a proxy that appends its own line after the client's
+    is read last, so a line the client sent first cannot stand in for it."""
     peer = request.client.host if request.client else "unknown"
-    return client_address(peer, request.headers.get("x-forwarded-for"),
-                          request.app.state.trusted_proxies)
+    forwarded = ",".join(request.headers.getlist("x-forwarded-for")) or None
+    return client_address(peer, forwarded, request.app.state.trusted_proxies)
 
 
 async def authenticated(request: Request, conn: AsyncConnection) -> Principal:

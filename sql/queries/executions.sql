@@ -218,6 +218,25 @@ SELECT id, attempt, max_attempts FROM executions
  WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
    FOR UPDATE;
 
+-- name: lock_approved_call_shared
+-- A resumed run's approved call about to run (worker/cancel_fence.py): a session lock, shared,
+-- held on a connection of its own until the call has ended (closing it lets go). A person's
+-- cancel takes the same key exclusively (lock_approved_call_for_cancel), so a cancel never
+-- commits while the call is running: it commits before (the call then never runs) or after it.
+SELECT pg_advisory_lock_shared(
+           hashtextextended('tickwork approved call ' || %(execution_id)s::text, 0));
+
+-- name: get_execution_cancel_requested
+-- Read after lock_approved_call_shared was granted, in a statement of its own (its snapshot is
+-- taken after any cancel that held the lock has committed).
+SELECT cancel_requested_at IS NOT NULL OR status = 'cancelled' AS cancelled
+  FROM executions WHERE id = %(execution_id)s;
+
+-- name: lock_approved_call_for_cancel
+-- A cancel's transaction, before it changes the run: waits while an approved call of the run
+-- is running (lock_approved_call_shared); released at the transaction's end.
+SELECT pg_advisory_xact_lock(hashtextextended('tickwork approved call ' || %(id)s::text, 0));
+
 -- name: update_execution_suspended
 -- In one transaction: save the run's state, create the approval (once), journal
 -- approval_required (already appended by the caller in this transaction), and end the

@@ -123,10 +123,12 @@ async def test_refusals_and_malformed_requests_are_answered_alike(clients, api, 
         dict(content=b"{}", headers={"Content-Type": "text/plain"}),
         dict(content=b'{"a": 1, "a": 2}', headers={"Content-Type": "application/json"}),
     ]
-    refused = [  # well formed: the fast route answers, with the route's error bodies
+    unauthenticated = [  # answered before the body is read (auth_first.py), in the same words
         dict(json={}, headers={"Authorization": ""}),
         dict(json={}, headers={"Authorization": "Bearer tw_" + "x" * 43}),
         dict(json={}, headers={"Authorization": "Bearer not-a-token"}),
+    ]
+    refused = [  # well formed: the fast route answers, with the route's error bodies
         dict(json={}, headers={"Authorization": f"Bearer {tokens['operator']}"}),
     ]
     for case in malformed + guarded:
@@ -134,8 +136,10 @@ async def test_refusals_and_malformed_requests_are_answered_alike(clients, api, 
     before = RunStartRoute.served  # an empty key is the route's to read (it stores it as a key)
     await clients[0].post(path, json={}, headers={"Idempotency-Key": ""})
     assert RunStartRoute.served == before
+    for case in unauthenticated:
+        assert (await same_answer(clients, path, served=False, **case)).status_code == 401
     for case in refused:
-        assert (await same_answer(clients, path, served=True, **case)).status_code in (401, 403)
+        assert (await same_answer(clients, path, served=True, **case)).status_code == 403
     for agent_id, status in ((UNKNOWN, 404), (UNKNOWN.upper(), 404), (theirs["id"], 404),
                              (paused["id"], 409)):
         response = await same_answer(clients, f"/v1/agents/{agent_id}/runs", json={},

@@ -43,12 +43,15 @@ SELECT * FROM executions WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 
 -- name: list_executions
 -- A tenant's runs newest first, filtered by agent, schedule, status and age, a page before the
--- cursor.
+-- cursor. The status is the one shown (sql/vocabulary.py ShownRunStatus): 'waiting' is a run
+-- waiting for a person (completed, breadcrumb 'suspended'), which 'completed' leaves out.
 SELECT * FROM executions
  WHERE tenant_id = %(tenant_id)s
    AND (%(agent_id)s::uuid IS NULL OR agent_id = %(agent_id)s::uuid)
    AND (%(schedule_id)s::uuid IS NULL OR schedule_id = %(schedule_id)s::uuid)
-   AND (%(status)s::text IS NULL OR status = %(status)s::text)
+   AND (%(status)s::text IS NULL
+        OR CASE WHEN status = 'completed' AND breadcrumb IS NOT DISTINCT FROM 'suspended'
+                THEN 'waiting' ELSE status END = %(status)s::text)
    AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
    AND (%(cursor)s::uuid IS NULL OR id < %(cursor)s::uuid)
  ORDER BY id DESC
@@ -345,6 +348,13 @@ SELECT id, tenant_id, agent_id, schedule_id, trigger_type, trigger_source, sched
 SELECT failed_id, retry_id
   FROM fail_and_retry_executions(%(ids)s::uuid[], %(released)s, %(run_token)s::uuid,
                                  %(now)s::timestamptz);
+
+-- name: update_waiting_executions_expired
+-- The sweep's expiry (scheduler/expiry.py): one batch of runs whose approval waited past the
+-- TTL ended cancelled with reason 'expired', journaled, their approvals 'expired', through the
+-- narrow function of migration 0075 (SKIP LOCKED; the sweep's injected clock or NULL).
+SELECT expire_waiting_runs(%(ttl_hours)s::integer, %(limit)s::integer,
+                           %(now)s::timestamptz) AS count;
 
 -- name: update_own_executions_failed
 -- A worker's door to the same statement (its own deadline, a release): no date, the database

@@ -19,6 +19,7 @@ from tickwork.sql.ids import new_id
 from tests.factories import create_schedule, make_agent, make_tenant, make_webhook, queue_run
 from tests.integration.api_checks import assert_error
 from tests.integration.test_honest_runs import paused_run, suspended
+from tests.integration.test_roles import granted  # noqa: F401  (fixture)
 from tests.integration.workers import running_worker, scalar, until
 
 TTL = 168
@@ -265,3 +266,38 @@ def test_the_ttl_setting_is_validated():
     for bad in (0, -5, 8761):
         with pytest.raises(ValidationError, match="TICKWORK_APPROVAL_TTL_HOURS"):
             SchedulerSettings(approval_ttl_hours=bad)
+
+
+async def test_the_scheduler_s_and_the_api_s_roles_remind_and_expire_through_their_doors(
+        granted, db_url):
+    """The scheduler's role may not update approvals or drop saved states, and the API's sees
+    one tenant's rows at a time (sql/grants.sql): the sweep and the HTTP tick go through
+    migration 0075's functions, across tenants."""
+    with psycopg.connect(db_url) as conn:
+        tenants = [make_tenant(conn, name) for name in ("one", "two")]
+        agents = [make_agent(conn, tenant) for tenant in tenants]
+        for tenant in tenants:
+            make_webhook(conn, tenant, ["approval.reminder"])
+        asked = conn.execute("SELECT now()").fetchone()[0]
+    runs = [run for tenant, agent in zip(tenants, agents)
+            for run in waiting_runs(db_url, tenant, agent, 2, asked)]
+    pools = [await open_pool(granted[role], application_name=f"tickwork-test-{role}")
+             for role in ("tickwork_scheduler", "tickwork_api")]
+    try:
+        scheduler_pool, api_pool = pools
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            async with scheduler_pool.connection() as conn:
+                await conn.execute("UPDATE approvals SET status = 'expired'")
+        reminded = await sweep_waiting(scheduler_pool, now=asked + timedelta(hours=TTL / 2 + 1),
+                                       ttl_hours=TTL, batch_size=3)
+        assert (reminded.reminded, reminded.expired) == (4, 0)
+        expired = await sweep_waiting(api_pool, now=asked + timedelta(hours=TTL + 1),
+                                      ttl_hours=TTL, batch_size=3)
+        assert (expired.reminded, expired.expired) == (0, 4)
+    finally:
+        for pool in pools:
+            await pool.close()
+    assert scalar(db_url, "SELECT count(*) FROM webhook_deliveries") == 4
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'cancelled'"
+                          " AND reason = 'expired' AND id = ANY (%s::uuid[])", (runs,)) == 4
+    assert scalar(db_url, "SELECT count(*) FROM run_states") == 0

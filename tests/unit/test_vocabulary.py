@@ -368,3 +368,10 @@ def test_the_quoted_claims_are_still_design_s_words():
     text = _folded(design.read_text())
     missing = [fragment for fragment, *_ in DESIGN_CLAIMS if _folded(fragment) not in text]
     assert missing == []
+
+
+def test_the_viewer_s_status_filter_offers_exactly_the_statuses_runs_are_shown_with():
+    script = (ROOT / "scheduler/api/static/runs.js").read_text()
+    listed = re.search(r"const RUN_STATUSES = \[([^\]]*)\]", script)
+    assert listed is not None, "runs.js no longer lists RUN_STATUSES"
+    assert set(re.findall(r'"([a-z_]+)"', listed.group(1))) == v.SHOWN_RUN_STATUSES

@@ -363,11 +363,14 @@ SELECT failed_id, retry_id
   FROM fail_and_retry_executions(%(ids)s::uuid[], %(released)s, %(run_token)s::uuid);
 
 -- name: count_executions_by_state
--- Every execution by status and outcome (retention bounds the table; a handful of groups).
-SELECT status, coalesce(outcome, 'none') AS outcome, count(*) AS count
+-- Every execution by status (as shown: 'waiting' for a run waiting for a person) and outcome
+-- (retention bounds the table; a handful of groups).
+SELECT CASE WHEN status = 'completed' AND breadcrumb IS NOT DISTINCT FROM 'suspended'
+            THEN 'waiting' ELSE status END AS status,
+       coalesce(outcome, 'none') AS outcome, count(*) AS count
   FROM executions
- GROUP BY status, outcome
- ORDER BY status, outcome;
+ GROUP BY 1, 2
+ ORDER BY 1, 2;
 
 -- name: count_executions_per_minute
 -- Runs created in each minute from %(since)s on, counted by how they ended: the outcome once

@@ -100,6 +100,9 @@ async def test_status_waiting_lists_exactly_the_waiting_runs_and_completed_leave
     assert (await api.get(f"/v1/runs/{waiting}")).json()["status"] == "waiting"
     refused = await api.get("/v1/runs", params={"status": "suspended"})
     assert refused.status_code == 422 and "waiting" in refused.text
+    metrics = await api.get("/metrics", headers={"Authorization":
+                                                 f"Bearer {api.tokens['operator']}"})
+    assert 'tickwork_executions{outcome="none",status="waiting"} 2.0' in metrics.text
 
 
 # --- approvals expire -------------------------------------------------------------------------

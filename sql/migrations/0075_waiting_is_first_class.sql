@@ -56,6 +56,9 @@ BEGIN
         SELECT a.id FROM approvals a
          WHERE a.status = 'pending' AND a.reminded_at IS NULL
            AND a.created_at <= clock - ttl / 2 AND a.created_at > clock - ttl
+           AND EXISTS (SELECT 1 FROM executions e  -- its run still waits
+                        WHERE e.id = a.execution_id
+                          AND e.status = 'completed' AND e.breadcrumb = 'suspended')
          ORDER BY a.created_at
          LIMIT least(greatest(batch_size, 1), 10000)
            FOR UPDATE SKIP LOCKED
@@ -113,6 +116,9 @@ BEGIN
     WITH due AS (
         SELECT a.id, a.execution_id FROM approvals a
          WHERE a.status = 'pending' AND a.created_at <= clock - make_interval(hours => ttl_hours)
+           AND EXISTS (SELECT 1 FROM executions e  -- so a stray approval never fills a batch
+                        WHERE e.id = a.execution_id
+                          AND e.status = 'completed' AND e.breadcrumb = 'suspended')
          ORDER BY a.created_at
          LIMIT least(greatest(batch_size, 1), 10000)
            FOR UPDATE SKIP LOCKED

@@ -304,3 +304,21 @@ async def test_the_scheduler_s_and_the_api_s_roles_remind_and_expire_through_the
     assert scalar(db_url, "SELECT count(*) FROM executions WHERE status = 'cancelled'"
                           " AND reason = 'expired' AND id = ANY (%s::uuid[])", (runs,)) == 4
     assert scalar(db_url, "SELECT count(*) FROM run_states") == 0
+
+
+async def test_stray_pending_approvals_of_runs_that_no_longer_wait_never_hold_up_expiry(
+        db_url, pool):
+    with psycopg.connect(db_url) as conn:
+        tenant_id = make_tenant(conn)
+        agent_id = make_agent(conn, tenant_id)
+        asked = conn.execute("SELECT now()").fetchone()[0]
+    strays = waiting_runs(db_url, tenant_id, agent_id, 3, asked - timedelta(hours=1))
+    with psycopg.connect(db_url) as conn:  # ended some other way, their approvals left pending
+        conn.execute("UPDATE executions SET status = 'failed', breadcrumb = NULL"
+                     " WHERE id = ANY (%s::uuid[])", (strays,))
+    [waiting] = waiting_runs(db_url, tenant_id, agent_id, 1, asked)
+    swept = await sweep_waiting(pool, now=asked + timedelta(hours=TTL + 1), ttl_hours=TTL,
+                                batch_size=1)
+    assert swept.expired == 1
+    assert scalar(db_url, "SELECT reason FROM executions WHERE id = %s", (waiting,)) == "expired"
+    assert scalar(db_url, "SELECT count(*) FROM approvals WHERE status = 'pending'") == 3

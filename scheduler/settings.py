@@ -68,8 +68,8 @@ class SchedulerSettings(BaseSettings):
     @classmethod
     def _ttl_in_range(cls, value: int) -> int:
         if not 1 <= value <= MAX_APPROVAL_TTL_HOURS:
-            raise ValueError(f"TICKWORK_APPROVAL_TTL_HOURS must be a whole number of hours from 1 "
-                             f"to {MAX_APPROVAL_TTL_HOURS} (a year), not {value}")
+            raise ValueError(f"the approval TTL must be a whole number of hours from 1 to "
+                             f"{MAX_APPROVAL_TTL_HOURS} (a year), not {value}")
         return value
 
     @field_validator("retention_budget_seconds")

@@ -78,7 +78,7 @@ def api(host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     from tickwork.processes import run_api
 
     configure_logging()
-    run_api(database_url(), SchedulerSettings(), host, port)
+    run_api(database_url(), scheduler_settings(), host, port)
 
 
 @app.command()
@@ -88,7 +88,15 @@ def scheduler() -> None:
     from tickwork.processes import serve_scheduler
 
     configure_logging()
-    run_on_uvloop(serve_scheduler(database_url(), SchedulerSettings()))
+    run_on_uvloop(serve_scheduler(database_url(), scheduler_settings()))
+
+
+def scheduler_settings() -> SchedulerSettings:
+    """The scheduler's and the API's settings, or one sentence naming the variable refused."""
+    try:
+        return SchedulerSettings()
+    except ValidationError as exc:
+        fail(settings_error(exc))
 
 
 def settings_error(exc: ValidationError) -> str:
@@ -123,7 +131,7 @@ def tick(at: Optional[str] = typer.Option(None, help="Test mode only: tick as of
     """Run one tick now and print its outcome (for an external cron). Exit 1 if it failed."""
     from tickwork.processes import tick_now
 
-    settings = SchedulerSettings()
+    settings = scheduler_settings()
     moment = None
     if at is not None:
         if not settings.test_mode:

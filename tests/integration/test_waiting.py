@@ -259,18 +259,6 @@ async def test_an_approval_already_past_its_ttl_is_expired_without_a_reminder(
     assert scalar(db_url, "SELECT status FROM executions WHERE id = %s", (run_id,)) == "cancelled"
 
 
-def test_the_ttl_setting_is_validated():
-    from pydantic import ValidationError
-
-    from tickwork.scheduler.settings import SchedulerSettings
-
-    assert SchedulerSettings().approval_ttl_hours == 168
-    assert SchedulerSettings(approval_ttl_hours=1).approval_ttl_hours == 1
-    for bad in (0, -5, 8761):
-        with pytest.raises(ValidationError, match="TICKWORK_APPROVAL_TTL_HOURS"):
-            SchedulerSettings(approval_ttl_hours=bad)
-
-
 async def test_the_scheduler_s_and_the_api_s_roles_remind_and_expire_through_their_doors(
         granted, db_url):
     """The scheduler's role may not update approvals or drop saved states, and the API's sees

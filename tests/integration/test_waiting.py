@@ -16,10 +16,13 @@ from tickwork.scheduler.expiry import sweep_waiting
 from tickwork.scheduler.tick import run_tick
 from tickwork.sql.db import open_pool
 from tickwork.sql.ids import new_id
+from tickwork.worker.webhooks.deliverer import Deliverer
+from tickwork.worker.webhooks.settings import WebhookSettings
 from tests.factories import create_schedule, make_agent, make_tenant, make_webhook, queue_run
 from tests.integration.api_checks import assert_error
 from tests.integration.test_honest_runs import paused_run, suspended
 from tests.integration.test_roles import granted  # noqa: F401  (fixture)
+from tests.integration.webhook_receiver import Receiver
 from tests.integration.workers import running_worker, scalar, until
 
 TTL = 168
@@ -310,3 +313,28 @@ async def test_stray_pending_approvals_of_runs_that_no_longer_wait_never_hold_up
     assert swept.expired == 1
     assert scalar(db_url, "SELECT reason FROM executions WHERE id = %s", (waiting,)) == "expired"
     assert scalar(db_url, "SELECT count(*) FROM approvals WHERE status = 'pending'") == 3
+
+
+async def test_the_reminder_reaches_the_receiver_signed_and_names_the_approval(api, pool, db_url):
+    with Receiver() as receiver:
+        hook = (await api.post("/v1/webhooks", json={"url": receiver.url,
+                                                     "events": ["approval.reminder"]})).json()
+        run_id = await paused_run(api, pool, db_url)
+        [approval] = (await api.get("/v1/approvals")).json()["items"]
+        ask = asked_at(db_url, run_id)
+        swept = await sweep_waiting(pool, now=ask + timedelta(hours=TTL / 2), ttl_hours=TTL,
+                                    batch_size=10)
+        assert swept.reminded == 1
+        deliverer = Deliverer(pool, WebhookSettings(webhook_allow_private_addresses=True))
+        try:
+            assert [a.status for a in await deliverer.deliver_once()] == ["delivered"]
+        finally:
+            await deliverer.aclose()
+    [received] = receiver.received
+    assert received.signed_by(hook["secret"])
+    assert received.document["type"] == "approval.reminder"
+    data = received.document["data"]
+    assert (data["approval_id"], data["run_id"], data["tool"]) == (
+        approval["id"], run_id, "demo.send_message")
+    assert "report" not in str(data)  # never the call's arguments
+    assert datetime.fromisoformat(data["expires_at"]) == ask + timedelta(hours=TTL)

@@ -338,3 +338,23 @@ async def test_the_reminder_reaches_the_receiver_signed_and_names_the_approval(a
         approval["id"], run_id, "demo.send_message")
     assert "report" not in str(data)  # never the call's arguments
     assert datetime.fromisoformat(data["expires_at"]) == ask + timedelta(hours=TTL)
+
+
+async def test_a_decision_in_flight_during_the_expiry_wins_and_the_run_is_not_expired(
+        db_url, pool):
+    """A person's approve holds the approval's row while the sweep runs: the sweep skips it
+    (SKIP LOCKED, never waiting) and the decision commits; the run is not cancelled."""
+    with psycopg.connect(db_url) as conn:
+        tenant_id = make_tenant(conn)
+        agent_id = make_agent(conn, tenant_id)
+        asked = conn.execute("SELECT now()").fetchone()[0]
+    [run_id] = waiting_runs(db_url, tenant_id, agent_id, 1, asked)
+    with psycopg.connect(db_url) as deciding:  # the API's decision, not yet committed
+        deciding.execute("UPDATE approvals SET status = 'approved', decided_at = now()"
+                         " WHERE execution_id = %s AND status = 'pending'", (run_id,))
+        swept = await sweep_waiting(pool, now=asked + timedelta(hours=TTL + 1), ttl_hours=TTL,
+                                    batch_size=10)
+        assert swept.expired == 0
+    assert scalar(db_url, "SELECT status FROM approvals") == "approved"
+    assert scalar(db_url, "SELECT breadcrumb FROM executions WHERE id = %s", (run_id,)) == (
+        "suspended")

@@ -53,6 +53,12 @@ async def decide(conn: AsyncConnection, principal: Principal, approval_id: str, 
                          status="cancelled", run_id=str(existing["execution_id"]))
         error.code = "run_cancelled"
         raise error
+    if existing["status"] == "expired":  # the sweep ended its run (scheduler/expiry.py)
+        error = Conflict(f"approval {approval_id} can no longer be decided: it expired "
+                         f"undecided and its run {existing['execution_id']} was cancelled",
+                         status="expired", run_id=str(existing["execution_id"]))
+        error.code = "approval_expired"
+        raise error
     error = Conflict(f"approval {approval_id} was already {existing['status']}; a decision is "
                      "made once", status=existing["status"])
     error.code = "already_decided"

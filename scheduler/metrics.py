@@ -81,8 +81,9 @@ class DatabaseCollector(Collector):
 
     @staticmethod
     def _executions(snap: DatabaseSnapshot) -> GaugeMetricFamily:
-        family = GaugeMetricFamily("tickwork_executions", "Executions by status and outcome "
-                                   "(outcome 'none' while unfinished or suspended).",
+        family = GaugeMetricFamily("tickwork_executions", "Executions by status (waiting: "
+                                   "for a person) and outcome (outcome 'none' while "
+                                   "unfinished).",
                                    labels=["status", "outcome"])
         for row in snap.executions:
             family.add_metric([row["status"], row["outcome"]], row["count"])

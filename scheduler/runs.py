@@ -31,7 +31,7 @@ from tickwork.sql.errors import Conflict, InvalidInput, NotFound
 from tickwork.sql.ids import new_id
 from tickwork.sql.journal import events_after
 from tickwork.sql.notify import Notifier
-from tickwork.sql.vocabulary import RunStatus
+from tickwork.sql.vocabulary import ShownRunStatus
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "model_calls")
 # What a run of an agent started through the API is, however it is written (alone here, or in
@@ -49,8 +49,18 @@ class AgentPaused(Conflict):
                          agent_id=str(agent_id))
 
 
+def shown_status(row: dict[str, Any]) -> str:
+    """The status a run is shown with: a run waiting for a person is stored completed with the
+    breadcrumb 'suspended', and is 'waiting' (it has not finished: DESIGN, waiting is first
+    class). sql list_executions and list_schedule_history say the same in SQL."""
+    if row.get("status") == "completed" and row.get("breadcrumb") == "suspended":
+        return "waiting"
+    return row.get("status")
+
+
 def public_run(row: dict[str, Any]) -> dict[str, Any]:
     run = pick(row, RUN_FIELDS)
+    run["status"] = shown_status(row)
     usage = row.get("usage") or {}
     run["usage"] = {key: int(usage.get(key, 0)) for key in USAGE_KEYS}
     return run
@@ -135,9 +145,10 @@ async def get_run(conn: AsyncConnection, principal: Principal, run_id: UUID) -> 
 
 
 async def list_runs(conn: AsyncConnection, principal: Principal, *, agent_id: UUID | None,
-                    schedule_id: UUID | None, status: RunStatus | None, since: datetime | None,
+                    schedule_id: UUID | None, status: ShownRunStatus | None, since: datetime | None,
                     limit: int, cursor: str | None) -> dict[str, Any]:
-    """A page of the tenant's runs, newest first, by agent, schedule, status and creation time."""
+    """A page of the tenant's runs, newest first, by agent, schedule, status (as shown: 'waiting'
+    for a run waiting for a person) and creation time."""
     rows = await (await conn.execute(QUERIES["list_executions"], {
         "tenant_id": principal.tenant_id, "agent_id": agent_id, "schedule_id": schedule_id,
         "status": status, "since": since, "cursor": decode_cursor(cursor),

@@ -6,6 +6,7 @@ from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+MAX_APPROVAL_TTL_HOURS = 8760
 
 
 def parse_networks(text: str) -> tuple[Network, ...]:
@@ -27,6 +28,10 @@ class SchedulerSettings(BaseSettings):
 
     tick_batch_size: int = 1000
     sweep_batch_size: int = 500
+    # How long a run may wait for a person's decision: past it, the sweep ends the run
+    # cancelled with reason 'expired' (its approval 'expired'); halfway, one approval.reminder
+    # webhook. 1 hour to 1 year; a week by default.
+    approval_ttl_hours: int = 168
     # Missed fires recorded per schedule per tick after downtime; the run itself always happens.
     missed_fire_record_limit: int = 1440
     retention_days: int = 30
@@ -65,6 +70,14 @@ class SchedulerSettings(BaseSettings):
     def _batch_in_range(cls, value: int) -> int:
         if not 1 <= value <= 10_000:
             raise ValueError(f"retention batch size must be between 1 and 10000, not {value}")
+        return value
+
+    @field_validator("approval_ttl_hours")
+    @classmethod
+    def _ttl_in_range(cls, value: int) -> int:
+        if not 1 <= value <= MAX_APPROVAL_TTL_HOURS:
+            raise ValueError(f"the approval TTL must be a whole number of hours from 1 to "
+                             f"{MAX_APPROVAL_TTL_HOURS} (a year), not {value}")
         return value
 
     @field_validator("retention_budget_seconds")

@@ -1,4 +1,5 @@
-"""One tick: dispatch what is due, sweep what is stale, trim what is old.
+"""One tick: dispatch what is due, sweep what is stale, end waits past their TTL, trim what
+is old.
 
 The tick is never retried: a failure is logged and dropped, and the next tick (a minute later)
 re-evaluates everything. (A dispatch batch whose connection was found closed before it sent
@@ -18,6 +19,7 @@ import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from tickwork.scheduler.dispatcher import DispatchResult, dispatch_due
+from tickwork.scheduler.expiry import ExpiryResult, sweep_waiting
 from tickwork.scheduler.metrics import TICK_DURATION, TICK_FAILURES
 from tickwork.scheduler.retention import trim_retention, upkeep_on_database_clock
 from tickwork.scheduler.settings import SchedulerSettings
@@ -35,6 +37,7 @@ class TickOutcome:
     ok: bool = True
     dispatch: DispatchResult = field(default_factory=DispatchResult)
     sweep: SweepResult = field(default_factory=SweepResult)
+    waiting: ExpiryResult = field(default_factory=ExpiryResult)
     retention_deleted: int = 0
     duration_ms: float = 0.0
     error: str | None = None
@@ -68,6 +71,10 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
         # The sweep and retention run even on a tick with nothing due, but not after a failed
         # dispatch: the database is likely unreachable and the next tick comes in a minute.
         outcome.sweep = await sweep_stale(pool, now=now, batch_size=settings.sweep_batch_size)
+        # Runs waiting for a person: reminded halfway through their TTL, expired past it.
+        outcome.waiting = await sweep_waiting(pool, now=now,
+                                              ttl_hours=settings.approval_ttl_hours,
+                                              batch_size=settings.sweep_batch_size)
         if database_clock_retention:
             outcome.retention_deleted = await upkeep_on_database_clock(pool, settings)
         else:
@@ -83,5 +90,6 @@ async def run_tick(pool: AsyncConnectionPool, settings: SchedulerSettings, *,
     log.info("tick_finished", ok=outcome.ok, claimed=outcome.dispatch.claimed,
              created=outcome.dispatch.created, skipped_fires=outcome.dispatch.skipped_fires,
              timed_out=outcome.sweep.failed, retried=outcome.sweep.retried,
+             reminded=outcome.waiting.reminded, expired=outcome.waiting.expired,
              retention_deleted=outcome.retention_deleted, duration_ms=outcome.duration_ms)
     return outcome

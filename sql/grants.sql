@@ -52,6 +52,11 @@ BEGIN
         GRANT SELECT (tenant_id, events) ON webhooks TO tickwork_scheduler;
         GRANT EXECUTE ON FUNCTION webhooks_queue_run_end(uuid), webhooks_queue_approval(text)
             TO tickwork_scheduler;
+        -- The sweep reminds and expires approvals waiting past their TTL through two narrow
+        -- doors (0075): it may not decide approvals or drop saved states itself.
+        GRANT EXECUTE ON FUNCTION remind_waiting_approvals(integer, integer, timestamptz),
+                                  expire_waiting_runs(integer, integer, timestamptz)
+            TO tickwork_scheduler;
     END IF;
 
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'tickwork_worker') THEN
@@ -154,6 +159,10 @@ BEGIN
         -- minting function (0041), as the scheduler's does.
         GRANT EXECUTE ON FUNCTION fail_and_retry_executions(uuid[], boolean, uuid),
                                   fail_and_retry_executions(uuid[], boolean, uuid, timestamptz)
+            TO tickwork_api;
+        -- ... and reminds and expires waiting approvals through the scheduler's doors (0075).
+        GRANT EXECUTE ON FUNCTION remind_waiting_approvals(integer, integer, timestamptz),
+                                  expire_waiting_runs(integer, integer, timestamptz)
             TO tickwork_api;
         IF EXISTS (SELECT 1 FROM pg_auth_members m
                      JOIN pg_roles r ON r.oid = m.roleid JOIN pg_roles u ON u.oid = m.member

@@ -16,6 +16,12 @@ from typing import Literal, get_args
 RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
 RUN_STATUSES: frozenset[str] = frozenset(get_args(RunStatus))
 
+# A run's status as every answer, list, filter and page shows it: the stored status, except
+# that a run waiting for a person (completed, breadcrumb 'suspended') is 'waiting' (sql
+# list_executions filters by it; scheduler/runs.py shown_status maps it).
+ShownRunStatus = Literal["queued", "running", "waiting", "completed", "failed", "cancelled"]
+SHOWN_RUN_STATUSES: frozenset[str] = frozenset(get_args(ShownRunStatus))
+
 # The statuses a run can end with (what a worker or a sweep writes at the end).
 FinalStatus = Literal["completed", "failed", "cancelled"]
 FINAL_STATUSES: frozenset[str] = frozenset(get_args(FinalStatus))
@@ -48,8 +54,9 @@ GateVerdict = Literal["done", "question", "stalled", "plan_open", "plan_complete
                       "cancelled", "stalled_out", "released"]
 GATE_VERDICTS: frozenset[str] = frozenset(get_args(GateVerdict))
 
-# approvals.status (approvals_status_check).
-ApprovalStatus = Literal["pending", "approved", "rejected", "cancelled"]
+# approvals.status (approvals_status_check). 'expired': no decision within
+# TICKWORK_APPROVAL_TTL_HOURS, its run ended cancelled (migration 0075).
+ApprovalStatus = Literal["pending", "approved", "rejected", "cancelled", "expired"]
 APPROVAL_STATUSES: frozenset[str] = frozenset(get_args(ApprovalStatus))
 
 # schedules.overlap and schedules.status.
@@ -75,7 +82,9 @@ ToolClass = Literal["read", "send", "write", "delete"]
 TOOL_CLASSES: frozenset[str] = frozenset(get_args(ToolClass))
 
 # webhooks.events and webhook_deliveries.type; webhook_deliveries.status.
-WebhookEvent = Literal["approval.required", "run.failed", "run.completed", "run.cancelled"]
+# approval.reminder: once, halfway through an approval's TTL (migration 0075).
+WebhookEvent = Literal["approval.required", "approval.reminder", "run.failed", "run.completed",
+                       "run.cancelled"]
 WEBHOOK_EVENTS: frozenset[str] = frozenset(get_args(WebhookEvent))
 DeliveryStatus = Literal["pending", "delivered", "failed"]
 DELIVERY_STATUSES: frozenset[str] = frozenset(get_args(DeliveryStatus))

@@ -93,7 +93,7 @@ def scheduler() -> None:
 
 
 def scheduler_settings() -> SchedulerSettings:
-    """The API's and the scheduler's settings; a bad one is a sentence, not a traceback."""
+    """The scheduler's and the API's settings, or one sentence naming the variable refused."""
     try:
         return SchedulerSettings()
     except ValidationError as exc:
@@ -132,7 +132,7 @@ def tick(at: Optional[str] = typer.Option(None, help="Test mode only: tick as of
     """Run one tick now and print its outcome (for an external cron). Exit 1 if it failed."""
     from tickwork.processes import tick_now
 
-    settings = SchedulerSettings()
+    settings = scheduler_settings()
     moment = None
     if at is not None:
         if not settings.test_mode:

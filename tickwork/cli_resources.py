@@ -360,7 +360,8 @@ def list_runs(agent: Optional[str] = typer.Option(None, metavar="AGENT",
               schedule: Optional[str] = typer.Option(None, metavar="SCHEDULE_ID",
                                                      help="Only this schedule's runs."),
               status: Optional[str] = typer.Option(None, metavar="STATUS",
-                                                   help="queued, running, completed, failed or "
+                                                   help="queued, running, waiting (for a "
+                                                        "person), completed, failed or "
                                                         "cancelled."),
               limit: int = typer.Option(50, metavar="N", help="Newest N runs (1-200)."),
               since: Optional[str] = typer.Option(None, metavar="WHEN",
@@ -388,9 +389,9 @@ def list_runs(agent: Optional[str] = typer.Option(None, metavar="AGENT",
 
 
 def run_status_text(run: dict) -> str:
-    """A run suspended for a person is stored as completed with the breadcrumb 'suspended';
-    people read it as what it is."""
-    if run["status"] == "completed" and run.get("breadcrumb") == "suspended":
+    """A run waiting for a person has the status 'waiting' (in lists and in a schedule's
+    history); people read what it waits for."""
+    if run["status"] == "waiting":
         return "waiting for approval"
     return run["status"]
 
@@ -402,7 +403,7 @@ def tokens_text(usage: dict | None) -> str:
 
 
 def list_approvals(status: str = typer.Option(
-        "pending", metavar="STATUS", help="pending, approved, rejected or cancelled."),
+        "pending", metavar="STATUS", help="pending, approved, rejected, cancelled or expired."),
         zone: Optional[str] = ZONE_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Tool calls waiting for a person (or already decided)."""
     items = all_items(ApiClient(), "/v1/approvals", {"status": status})

@@ -16,17 +16,18 @@ from tickwork.scheduler.runs import get_run
 from tickwork.scheduler.serialize import parse_utc, utc_text
 from tickwork.scheduler.stream_tickets import create_ticket, principal_from_ticket
 from tickwork.scheduler.tokens import Principal
-from tickwork.sql.vocabulary import RunStatus
+from tickwork.sql.vocabulary import ShownRunStatus
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"])
 
 
 @router.get("")
 async def list_runs(limit: int = 50, cursor: str | None = None, agent_id: UUID | None = None,
-                    schedule_id: UUID | None = None, status: RunStatus | None = None,
+                    schedule_id: UUID | None = None, status: ShownRunStatus | None = None,
                     since: Annotated[str | None, Query(max_length=40)] = None,
                     s: Session = Depends(session)) -> dict:
-    """Runs newest first; ``since`` (RFC 3339 UTC, ending in Z) keeps runs created at or after it."""
+    """Runs newest first; ``status=waiting`` lists runs waiting for a person; ``since`` (RFC
+    3339 UTC, ending in Z) keeps runs created at or after it."""
     return await runs.list_runs(s.conn, s.principal, agent_id=agent_id, schedule_id=schedule_id,
                                 status=status, since=parse_utc(since, "since") if since else None,
                                 limit=check_limit(limit), cursor=cursor)

@@ -30,3 +30,10 @@ WITH decided AS (
     SELECT pg_notify('tickwork_tasks', 'resume') FROM queued
 )
 SELECT decided.*, (SELECT count(*) FROM notified) AS notified FROM decided;
+
+-- name: update_waiting_approvals_reminded
+-- The sweep's reminder (scheduler/expiry.py): one batch of pending approvals half their TTL
+-- old marked reminded, each with one approval.reminder delivery per webhook that wants it,
+-- through the narrow function of migration 0075 (SKIP LOCKED: two sweeps never remind twice).
+SELECT remind_waiting_approvals(%(ttl_hours)s::integer, %(limit)s::integer,
+                                %(now)s::timestamptz) AS count;

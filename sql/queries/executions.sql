@@ -43,12 +43,15 @@ SELECT * FROM executions WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 
 -- name: list_executions
 -- A tenant's runs newest first, filtered by agent, schedule, status and age, a page before the
--- cursor.
+-- cursor. The status is the one shown (sql/vocabulary.py ShownRunStatus): 'waiting' is a run
+-- waiting for a person (completed, breadcrumb 'suspended'), which 'completed' leaves out.
 SELECT * FROM executions
  WHERE tenant_id = %(tenant_id)s
    AND (%(agent_id)s::uuid IS NULL OR agent_id = %(agent_id)s::uuid)
    AND (%(schedule_id)s::uuid IS NULL OR schedule_id = %(schedule_id)s::uuid)
-   AND (%(status)s::text IS NULL OR status = %(status)s::text)
+   AND (%(status)s::text IS NULL
+        OR CASE WHEN status = 'completed' AND breadcrumb IS NOT DISTINCT FROM 'suspended'
+                THEN 'waiting' ELSE status END = %(status)s::text)
    AND (%(since)s::timestamptz IS NULL OR created_at >= %(since)s::timestamptz)
    AND (%(cursor)s::uuid IS NULL OR id < %(cursor)s::uuid)
  ORDER BY id DESC
@@ -365,6 +368,13 @@ SELECT failed_id, retry_id
   FROM fail_and_retry_executions(%(ids)s::uuid[], %(released)s, %(run_token)s::uuid,
                                  %(now)s::timestamptz);
 
+-- name: update_waiting_executions_expired
+-- The sweep's expiry (scheduler/expiry.py): one batch of runs whose approval waited past the
+-- TTL ended cancelled with reason 'expired', journaled, their approvals 'expired', through the
+-- narrow function of migration 0075 (SKIP LOCKED; the sweep's injected clock or NULL).
+SELECT expire_waiting_runs(%(ttl_hours)s::integer, %(limit)s::integer,
+                           %(now)s::timestamptz) AS count;
+
 -- name: update_own_executions_failed
 -- A worker's door to the same statement (its own deadline, a release): no date, the database
 -- clock decides the deadline (0041).
@@ -372,11 +382,14 @@ SELECT failed_id, retry_id
   FROM fail_and_retry_executions(%(ids)s::uuid[], %(released)s, %(run_token)s::uuid);
 
 -- name: count_executions_by_state
--- Every execution by status and outcome (retention bounds the table; a handful of groups).
-SELECT status, coalesce(outcome, 'none') AS outcome, count(*) AS count
+-- Every execution by status (as shown: 'waiting' for a run waiting for a person) and outcome
+-- (retention bounds the table; a handful of groups).
+SELECT CASE WHEN status = 'completed' AND breadcrumb IS NOT DISTINCT FROM 'suspended'
+            THEN 'waiting' ELSE status END AS status,
+       coalesce(outcome, 'none') AS outcome, count(*) AS count
   FROM executions
- GROUP BY status, outcome
- ORDER BY status, outcome;
+ GROUP BY 1, 2
+ ORDER BY 1, 2;
 
 -- name: count_executions_per_minute
 -- Runs created in each minute from %(since)s on, counted by how they ended: the outcome once

@@ -43,10 +43,13 @@ DELETE FROM schedules WHERE id = %(id)s AND tenant_id = %(tenant_id)s RETURNING 
 
 -- name: list_schedule_history
 -- What happened to each fire of a schedule, newest first: executions (cron fires, run-now,
--- retries) and fires that got no execution of their own (coalesced or skipped), with why.
+-- retries) and fires that got no execution of their own (coalesced or skipped), with why. A
+-- run waiting for a person shows as 'waiting' (sql/vocabulary.py ShownRunStatus).
 SELECT * FROM (
     SELECT e.scheduled_for, 'execution' AS kind, e.trigger_source AS reason, e.id AS execution_id,
-           e.status, e.outcome, e.fires, e.attempt, e.created_at AS recorded_at
+           CASE WHEN e.status = 'completed' AND e.breadcrumb = 'suspended' THEN 'waiting'
+                ELSE e.status END AS status,
+           e.outcome, e.fires, e.attempt, e.created_at AS recorded_at
       FROM executions e
      WHERE e.schedule_id = %(id)s AND e.tenant_id = %(tenant_id)s
     UNION ALL
@@ -62,13 +65,18 @@ SELECT * FROM (
 -- Lock a batch of due, active schedules; other dispatchers skip them and take the next batch.
 -- tick_time is the one clock of the tick: the caller's fixed time in tests, else the
 -- database's now(), read inside this transaction. unfinished_execution_id is only looked up
--- for overlap = 'skip' (from a partial index of unfinished runs). The columns are those of
+-- for overlap = 'skip' (from a partial index of unfinished runs, migration 0075): a queued or
+-- running run, or one waiting for a person (completed, breadcrumb 'suspended'), which has not
+-- finished either. The predicate is the index's own, word for word, so the planner can prove
+-- the index serves it. The columns are those of
 -- scheduler.planner.DueSchedule, in its order: rows are read straight into it.
 SELECT s.id, s.cron, s.next_run, s.overlap,
        a.status AS agent_status,
        CASE WHEN s.overlap = 'skip' THEN
            (SELECT e.id FROM executions e
-             WHERE e.schedule_id = s.id AND e.status IN ('queued', 'running')
+             WHERE e.schedule_id = s.id
+               AND (e.status IN ('queued', 'running')
+                    OR (e.status = 'completed' AND e.breadcrumb = 'suspended'))
              LIMIT 1)
        END AS unfinished_execution_id,
        coalesce(%(now)s::timestamptz, now()) AS tick_time

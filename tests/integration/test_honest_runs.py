@@ -116,7 +116,7 @@ async def test_a_send_waits_for_approval_then_runs_exactly_once(api, pool, db_ur
     before = await events(api, run_id)
     assert before[-1]["type"] == "approval_required" and not of_type(before, "run_complete")
     run = (await api.get(f"/v1/runs/{run_id}")).json()
-    assert (run["status"], run["breadcrumb"], run["outcome"]) == ("completed", "suspended", None)
+    assert (run["status"], run["breadcrumb"], run["outcome"]) == ("waiting", "suspended", None)
     assert scalar(db_url, "SELECT count(*) FROM demo_outbox") == 0
     decided = await api.post(f"/v1/approvals/{pending[0]['id']}/approve")
     assert decided.status_code == 200 and decided.json()["status"] == "approved"

@@ -98,7 +98,7 @@ async def test_a_suspension_stores_usage_so_far_and_the_resumed_finish_the_whole
                           tool_call_id="call-1", tool="demo.send_message",
                           arguments={"recipient": "ops", "text": "hi"}, usage=so_far)
     run = await run_json(api, run_id)
-    assert (run["status"], run["breadcrumb"], run["usage"]) == ("completed", "suspended", so_far)
+    assert (run["status"], run["breadcrumb"], run["usage"]) == ("waiting", "suspended", so_far)
 
     assert (await api.post(f"/v1/approvals/{approval_id}/approve")).status_code == 200
     claim = await claim_resume(pool, execution_id=UUID(run_id), task_name=approval_id,

@@ -10,7 +10,9 @@ import os
 
 from tests.integration.drivers import ROOT
 from tests.integration.test_cli_tail import TICKWORK, finish, live  # noqa: F401  (fixture)
-from tests.integration.test_run_control import start_by_hand, terminal
+from tests.integration.test_run_control import TOOLS, start_by_hand, terminal
+from tickwork.sql.journal import RunJournal
+from tickwork.worker.claim import claim_queued_runs
 
 
 async def cli(live, token: str, *args: str) -> tuple[int, str, str]:
@@ -91,3 +93,34 @@ async def test_a_tail_left_open_on_a_waiting_run_closes_when_the_run_is_cancelle
     [end] = [json.loads(line) for line in out.splitlines()]
     assert (end["type"], end["payload"]["outcome"]) == ("run_complete", "cancelled")
     assert code == 1, err  # the run did not end done
+
+
+async def test_runs_status_waiting_and_schedule_history_show_the_waiting_run(api, pool, live):
+    """`tickwork runs --status waiting` lists exactly the runs waiting for a person, `--status
+    completed` leaves them out, and `schedule history` shows the waiting run as waiting."""
+    agent = (await api.post("/v1/agents", json={"name": "waits", "tools": TOOLS})).json()
+    schedule = (await api.post("/v1/schedules", json={"agent_id": agent["id"],
+                                                      "cron": "0 9 * * *"})).json()
+    waiting_id = (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).json()["id"]
+    [run] = await claim_queued_runs(pool, limit=10, worker_id="test")
+    journal = RunJournal(pool, run.id, run.run_token, next_seq=run.next_seq)
+    await journal.suspend(state={"messages": []}, version=1, approval_id=f"{waiting_id}:c1",
+                          tool_call_id="c1", tool="demo.send_message", arguments={})
+    done_id, journal = await start_by_hand(api, pool)
+    terminal(journal, {})
+    await journal.finish(status="completed", outcome="done")
+
+    token = api.tokens["acme"]
+    code, out, err = await cli(live, token, "runs", "--status", "waiting", "--json")
+    assert code == 0, err
+    assert [(r["id"], r["status"]) for r in json.loads(out)["items"]] == [(waiting_id, "waiting")]
+    code, out, err = await cli(live, token, "runs", "--status", "completed", "--json")
+    assert code == 0, err
+    assert [r["id"] for r in json.loads(out)["items"]] == [done_id]
+    code, out, err = await cli(live, token, "schedule", "history", schedule["id"], "--json")
+    assert code == 0, err
+    assert [(h["execution_id"], h["status"]) for h in json.loads(out)["items"]] == [
+        (waiting_id, "waiting")]
+    code, out, err = await cli(live, token, "schedule", "history", schedule["id"])
+    assert code == 0, err
+    assert "waiting" in row_of(out, waiting_id) and "completed" not in row_of(out, waiting_id)

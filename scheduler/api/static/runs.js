@@ -2,7 +2,8 @@
 // with its filters and cursor paging) and one run's page (live tree, usage, approvals, cancel).
 "use strict";
 
-const RUN_STATUSES = ["queued", "running", "completed", "failed", "cancelled"];
+// As the API shows them: "waiting" is a run waiting for a person (GET /v1/runs?status=waiting).
+const RUN_STATUSES = ["queued", "running", "waiting", "completed", "failed", "cancelled"];
 // The "since" filter's choices, in minutes; the API takes an RFC 3339 UTC time made from them.
 const SINCE = [["", "any time"], ["15m", "last 15 minutes", 15], ["1h", "last hour", 60],
   ["24h", "last 24 hours", 1440], ["7d", "last 7 days", 10080]];
@@ -159,7 +160,7 @@ function trigger(run) {
 }
 
 function statusOf(run) {
-  return run.breadcrumb === "suspended" ? "waiting for approval" : run.status;
+  return run.status === "waiting" ? "waiting for approval" : run.status;
 }
 
 /** A run that a person may still cancel: not ended, or ended its turn waiting for approval. */

@@ -32,4 +32,5 @@ DELETE FROM agents WHERE id = %(id)s AND tenant_id = %(tenant_id)s RETURNING id;
 -- name: get_agent_for_run
 -- What the worker needs of a run's agent; no tenant filter: the run already names it, and no row
 -- means the agent was deleted.
-SELECT id, name, instructions, tools, auto_approve, status FROM agents WHERE id = %(agent_id)s;
+SELECT id, name, instructions, tools, auto_approve, status, model, max_tool_calls, token_budget
+  FROM agents WHERE id = %(agent_id)s;

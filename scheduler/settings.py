@@ -48,9 +48,20 @@ class SchedulerSettings(BaseSettings):
     # the failed-login brake. Empty: the header is ignored and the peer address counts.
     trusted_proxies: str = ""
     test_mode: bool = False
+    # The workers' model routing (alias=provider[:model], comma-separated), when the API is
+    # given it too: an agent's model must then be one of its aliases. Unset: not checked here
+    # (a worker fails a run whose alias it does not route, saying so).
+    models: str = ""
     # /docs and /redoc (FastAPI's pages load their scripts from a third-party CDN, on the origin
     # that holds the operator's token): off unless TICKWORK_API_DOCS=true. /openapi.json stays.
     api_docs: bool = False
+
+    @property
+    def model_aliases(self) -> frozenset[str] | None:
+        """The aliases TICKWORK_MODELS routes, or None when it is not set for the API."""
+        aliases = frozenset(entry.partition("=")[0].strip() for entry in self.models.split(",")
+                            if entry.strip())
+        return aliases or None
 
     @field_validator("retention_batch_size")
     @classmethod

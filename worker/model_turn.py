@@ -56,8 +56,8 @@ async def _complete(state: RunState, loop: Loop, step: int, sent: list[Message])
     stream = TextStream(lambda payload: loop.journal.emit("content_delta", payload, parent=step),
                         monotonic=loop.monotonic)
     try:
-        with tracing.model_call("default", step) as span:
-            reply = await loop.provider.complete("default", sent, loop.toolbox.schemas(),
+        with tracing.model_call(loop.model, step) as span:
+            reply = await loop.provider.complete(loop.model, sent, loop.toolbox.schemas(),
                                                  state.view(loop.run_input), on_text=stream)
             tracing.note_usage(span, reply.usage)
     except BaseException:
@@ -67,7 +67,7 @@ async def _complete(state: RunState, loop: Loop, step: int, sent: list[Message])
         stream.close()  # the remainder; the whole text is not journaled again
     else:
         stream.discard()
-    count_usage(state, loop.journal, "default", reply, step)
+    count_usage(state, loop.journal, loop.model, reply, step)
     return reply
 
 

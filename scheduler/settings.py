@@ -44,6 +44,10 @@ class SchedulerSettings(BaseSettings):
     stream_ticket_ttl_seconds: int = 600
     auth_failure_limit: int = 30  # failed token attempts per client per window; 0 disables
     auth_failure_window_seconds: float = 60.0
+    # Each tenant's requests a second (a token bucket per tenant in each API process, bursts of
+    # tenant_rate_burst); past it a request gets 429 with Retry-After. 0: no limit.
+    tenant_rate_limit: float = 0.0
+    tenant_rate_burst: int = 20
     # Comma-separated addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed by
     # the failed-login brake. Empty: the header is ignored and the peer address counts.
     trusted_proxies: str = ""
@@ -62,6 +66,15 @@ class SchedulerSettings(BaseSettings):
         aliases = frozenset(entry.partition("=")[0].strip() for entry in self.models.split(",")
                             if entry.strip())
         return aliases or None
+
+    @field_validator("tenant_rate_limit", "tenant_rate_burst")
+    @classmethod
+    def _rate_not_negative(cls, value: float, info) -> float:
+        if value < 0 or (info.field_name == "tenant_rate_burst" and value < 1):
+            least = "1" if info.field_name == "tenant_rate_burst" else "0 (no limit)"
+            raise ValueError(f"TICKWORK_{info.field_name.upper()} must be at least {least}, "
+                             f"not {value}")
+        return value
 
     @field_validator("retention_batch_size")
     @classmethod

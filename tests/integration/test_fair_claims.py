@@ -126,3 +126,37 @@ def test_a_run_held_back_by_a_cap_stays_queued_for_a_later_claim(db_url):
         queued = conn.execute("SELECT count(*) FROM queue_tasks").fetchone()[0]
         claims = conn.execute("SELECT count(*) FROM execution_claims").fetchone()[0]
     assert (queued, claims) == (3, 2)
+
+
+async def two_workers_at_work(db_url: str, agent, runs: int, **settings) -> int:
+    """Two in-process workers of 4 slots each run ``runs`` short runs of the agent; the most
+    runs ever inside their model at once (every run's turn is one scripted sleep)."""
+    from tests.integration.test_claim_ahead import AtWork
+    from tests.integration.test_visible_events import gated_worker
+    from tests.integration.workers import all_done, until
+    from tickwork.sql.db import open_pool
+
+    queue_runs_at_once(db_url, agent, runs, script=[{"sleep": 0.005}, {"text": "ok"}])
+    at_work = AtWork()
+    pools = [await open_pool(db_url, application_name=f"tickwork-test-fair-{n}", max_size=4)
+             for n in range(2)]
+    try:
+        async with gated_worker(pools[0], db_url, model=at_work, concurrency=4, **settings), \
+                gated_worker(pools[1], db_url, model=at_work, concurrency=4, **settings):
+            await until(db_url, all_done(runs))
+    finally:
+        for pool in pools:
+            await pool.close()
+    return at_work.most
+
+
+async def test_two_real_workers_never_run_more_of_a_tenant_than_its_cap(db_url):
+    agent_a, _ = two_tenants(db_url)
+    assert await two_workers_at_work(db_url, agent_a, 40, tenant_max_concurrent_runs=2) == 2
+
+
+async def test_two_real_workers_never_run_more_of_an_agent_than_its_max_concurrent_runs(db_url):
+    agent_a, _ = two_tenants(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE agents SET max_concurrent_runs = 1 WHERE id = %s", (agent_a,))
+    assert await two_workers_at_work(db_url, agent_a, 30) == 1

@@ -24,6 +24,21 @@ class UnknownTools(TickworkError):
                          "GET /v1/tools", field="tools", unknown=keys)
 
 
+class UnknownModel(TickworkError):
+    code = "unknown_model"
+
+    def __init__(self, alias: str, known: list[str]) -> None:
+        super().__init__(f"model {alias!r} is not an alias this deployment routes "
+                         f"(TICKWORK_MODELS routes {', '.join(known)}); use one of those or "
+                         "leave model out for the default", field="model", known=known)
+
+
+def check_model(alias: str | None, known: frozenset[str] | None) -> None:
+    """A model alias must be one TICKWORK_MODELS routes, when the API knows them."""
+    if alias is not None and known is not None and alias not in known:
+        raise UnknownModel(alias, sorted(known))
+
+
 def public_agent(row: dict[str, Any]) -> dict[str, Any]:
     return pick(row, AGENT_FIELDS)
 
@@ -44,17 +59,23 @@ async def check_tools(conn: AsyncConnection, keys: list[str]) -> None:
 def _params(body: AgentIn, principal: Principal) -> dict[str, Any]:
     return {"tenant_id": principal.tenant_id, "name": body.name,
             "instructions": body.instructions, "tools": body.tools,
-            "auto_approve": body.auto_approve, "status": body.status}
+            "auto_approve": body.auto_approve, "status": body.status, "model": body.model,
+            "timeout_minutes": body.timeout_minutes, "max_tool_calls": body.max_tool_calls,
+            "token_budget": body.token_budget, "max_concurrent_runs": body.max_concurrent_runs}
 
 
-async def create_agent(conn: AsyncConnection, principal: Principal, body: AgentIn) -> dict:
+async def create_agent(conn: AsyncConnection, principal: Principal, body: AgentIn, *,
+                       models: frozenset[str] | None = None) -> dict:
+    """``models``: the aliases TICKWORK_MODELS routes, or None when the API is not told."""
+    check_model(body.model, models)
     await check_tools(conn, body.tools)
     cursor = await conn.execute(QUERIES["insert_agent"], {"id": new_id(), **_params(body, principal)})
     return public_agent(await cursor.fetchone())
 
 
 async def replace_agent(conn: AsyncConnection, principal: Principal, agent_id: UUID,
-                        body: AgentIn) -> dict:
+                        body: AgentIn, *, models: frozenset[str] | None = None) -> dict:
+    check_model(body.model, models)
     await check_tools(conn, body.tools)
     cursor = await conn.execute(QUERIES["update_agent"], {"id": agent_id, **_params(body, principal)})
     row = await cursor.fetchone()

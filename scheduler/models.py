@@ -47,6 +47,11 @@ JsonObject = Annotated[dict[str, Any], AfterValidator(storable_json)]
 TimeoutMinutes = Annotated[StrictInt, Field(ge=1, le=15)]
 MaxAttempts = Annotated[StrictInt, Field(ge=1, le=10)]
 ToolKey = Annotated[Text, Field(min_length=1, max_length=200)]
+# An agent's own settings (DESIGN.md third round); None: the deployment's default.
+ModelAlias = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+MaxToolCalls = Annotated[StrictInt, Field(ge=1, le=100_000)]
+TokenBudget = Annotated[StrictInt, Field(ge=1, le=1_000_000_000_000)]
+MaxConcurrentRuns = Annotated[StrictInt, Field(ge=1, le=100_000)]
 _ZONE_KEYS = {"timezone", "tz", "time_zone", "zone"}
 
 
@@ -76,6 +81,11 @@ class AgentIn(RequestBody):
     tools: list[ToolKey] = []
     auto_approve: list[ToolKey] = []
     status: AgentStatus = "active"
+    model: ModelAlias | None = None  # a model alias of TICKWORK_MODELS
+    timeout_minutes: TimeoutMinutes | None = None  # each of its runs' timeout
+    max_tool_calls: MaxToolCalls | None = None  # the hard cap of external tool calls per run
+    token_budget: TokenBudget | None = None  # tokens one run may spend
+    max_concurrent_runs: MaxConcurrentRuns | None = None  # its runs running at once
 
     @model_validator(mode="after")
     def _check(self) -> "AgentIn":

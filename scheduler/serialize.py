@@ -30,8 +30,9 @@ RUN_FIELDS = ("id", "agent_id", "schedule_id", "trigger_type", "trigger_source",
               "outcome", "breadcrumb", "attempt", "retry_of", "scheduled_for", "created_at",
               "started_at", "finished_at", "fires", "max_attempts", "timeout_minutes", "reason",
               "deadline", "input")  # and "usage", which public_run fills in
-AGENT_FIELDS = ("id", "name", "instructions", "tools", "auto_approve", "status", "created_at",
-                "updated_at")
+AGENT_FIELDS = ("id", "name", "instructions", "tools", "auto_approve", "status", "model",
+                "timeout_minutes", "max_tool_calls", "token_budget", "max_concurrent_runs",
+                "created_at", "updated_at")
 SCHEDULE_FIELDS = ("id", "agent_id", "cron", "timeout_minutes", "overlap", "max_attempts",
                    "display", "input", "status", "next_run", "last_run", "created_at",
                    "updated_at")

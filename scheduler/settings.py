@@ -49,6 +49,10 @@ class SchedulerSettings(BaseSettings):
     stream_ticket_ttl_seconds: int = 600
     auth_failure_limit: int = 30  # failed token attempts per client per window; 0 disables
     auth_failure_window_seconds: float = 60.0
+    # Each tenant's requests a second (a token bucket per tenant in each API process, bursts of
+    # tenant_rate_burst); past it a request gets 429 with Retry-After. 0: no limit.
+    tenant_rate_limit: float = 0.0
+    tenant_rate_burst: int = 20
     # Comma-separated addresses/CIDRs of reverse proxies whose X-Forwarded-For is believed by
     # the failed-login brake. Empty: the header is ignored and the peer address counts.
     trusted_proxies: str = ""
@@ -61,9 +65,29 @@ class SchedulerSettings(BaseSettings):
     api_body_timeout_seconds: float = 30.0
     api_max_header_bytes: int = 65_536
     api_body_budget_bytes: int = 16 * 1024 * 1024
+    # The workers' model routing (alias=provider[:model], comma-separated), when the API is
+    # given it too: an agent's model must then be one of its aliases. Unset: not checked here
+    # (a worker fails a run whose alias it does not route, saying so).
+    models: str = ""
     # /docs and /redoc (FastAPI's pages load their scripts from a third-party CDN, on the origin
     # that holds the operator's token): off unless TICKWORK_API_DOCS=true. /openapi.json stays.
     api_docs: bool = False
+
+    @property
+    def model_aliases(self) -> frozenset[str] | None:
+        """The aliases TICKWORK_MODELS routes, or None when it is not set for the API."""
+        aliases = frozenset(entry.partition("=")[0].strip() for entry in self.models.split(",")
+                            if entry.strip())
+        return aliases or None
+
+    @field_validator("tenant_rate_limit", "tenant_rate_burst")
+    @classmethod
+    def _rate_not_negative(cls, value: float, info) -> float:
+        if value < 0 or (info.field_name == "tenant_rate_burst" and value < 1):
+            least = "1" if info.field_name == "tenant_rate_burst" else "0 (no limit)"
+            raise ValueError(f"TICKWORK_{info.field_name.upper()} must be at least {least}, "
+                             f"not {value}")
+        return value
 
     @field_validator("retention_batch_size")
     @classmethod

@@ -78,6 +78,8 @@ BEGIN
         GRANT UPDATE (status, outcome, reason, breadcrumb, started_at, finished_at, deadline,
                       run_token, usage)
             ON executions TO tickwork_worker;
+        -- The claim sets a run's timeout to its agent's timeout_minutes, when it has one (0077).
+        GRANT UPDATE (timeout_minutes) ON executions TO tickwork_worker;
         GRANT SELECT ON agents, demo_records, approvals TO tickwork_worker;
         -- A run whose agent is gone removes its schedules through a narrow function (0029);
         -- the worker cannot delete schedules itself.
@@ -118,6 +120,9 @@ BEGIN
         -- whose row it is (tenant_id, agent_id) nor what a person was asked to approve.
         GRANT SELECT, INSERT, DELETE ON agents, schedules TO tickwork_api;
         GRANT UPDATE (name, instructions, tools, auto_approve, status, updated_at)
+            ON agents TO tickwork_api;
+        -- An agent's own settings (0077).
+        GRANT UPDATE (model, timeout_minutes, max_tool_calls, token_budget, max_concurrent_runs)
             ON agents TO tickwork_api;
         GRANT UPDATE (status, timeout_minutes, overlap, input, display, next_run, last_run,
                       updated_at)

@@ -135,16 +135,30 @@ def apply_agents(files: List[Path] = typer.Argument(..., metavar="FILE...", exis
 
 @agent_app.command("list")
 def list_agents(as_json: bool = JSON_OPTION) -> None:
-    """Agents: name, status, tools, the tools that run without a person."""
+    """Agents: name, status, tools, the tools that run without a person, its own limits."""
     items = all_items(ApiClient(), "/v1/agents")
     if as_json:
         return print_items(items)
-    shown = table("id", "name", "status", "tools", "auto-approved")
+    shown = table("id", "name", "status", "tools", "auto-approved", "limits")
     for agent in items:
         shown.add_row(*plain_cells(agent["id"], agent["name"], agent["status"],
                                    ", ".join(agent["tools"]) or "-",
-                                   ", ".join(agent.get("auto_approve") or []) or "-"))
+                                   ", ".join(agent.get("auto_approve") or []) or "-",
+                                   agent_limits(agent)))
     out.print(shown)
+
+
+def agent_limits(agent: dict) -> str:
+    """An agent's own settings, each over the deployment's default; "defaults" when none."""
+    shown = [f"model {agent['model']}" if agent.get("model") is not None else "",
+             f"{agent['timeout_minutes']} min timeout"
+             if agent.get("timeout_minutes") is not None else "",
+             f"{agent['max_tool_calls']} tool calls"
+             if agent.get("max_tool_calls") is not None else "",
+             f"{agent['token_budget']:,} tokens" if agent.get("token_budget") is not None else "",
+             f"{agent['max_concurrent_runs']} at once"
+             if agent.get("max_concurrent_runs") is not None else ""]
+    return ", ".join(part for part in shown if part) or "defaults"
 
 
 AGENT_ARGUMENT = typer.Argument(..., metavar="AGENT", help="The agent's name (or id).")

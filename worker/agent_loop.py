@@ -27,7 +27,8 @@ from tickwork.worker.state import Pending, RunState
 from tickwork.worker.stop_gate import (GateDecision, GateSettings, decide_empty, decide_with_verdict,
                               decide_without_judge, route)
 from tickwork.worker.toolbox import ToolBox
-from tickwork.worker.walls import hard_cap_reached, hard_stop_message, token_stop_message, turn_warning
+from tickwork.worker.walls import (hard_cap_reached, hard_stop_message, token_stop_message,
+                                   turn_warning, turns_stop_message)
 
 ROOT_SEQ = 1  # run_start, written with the claim
 
@@ -60,6 +61,9 @@ class Loop:
     token_budget: int = 0  # tokens (in + out) a run may spend; 0: no budget
     keep_turns: int = 3  # turns whose tool results are sent whole
     context: ContextLimits = field(default_factory=ContextLimits)  # when to compact
+    model: str = "default"  # the model alias the run's turns use (the agent's own, if it has one)
+    # Who set token_budget, named when it stops the run.
+    token_budget_setting: str = "the deployment's TICKWORK_TOKEN_BUDGET"
     monotonic: Callable[[], float] = time.monotonic
     call_prefix: str = "call"  # how this attempt names its calls (worker/continuation.py)
 
@@ -125,14 +129,21 @@ def hard_stop(state: RunState, loop: Loop, cause: str) -> RunOutcome:
     """Speak, then end through the normal no-tool-call route: a terminal assistant message
     written for the user. ``cause``: cap (external calls), tokens (the budget) or turns."""
     gathered = gathered_summary(state)
+    walls = loop.policy.walls
     if cause == "tokens":
-        text = token_stop_message(state.tokens_used, loop.token_budget, gathered)
+        text = token_stop_message(state.tokens_used, loop.token_budget, gathered,
+                                  loop.token_budget_setting)
         reason = (f"token budget of {loop.token_budget} tokens reached "
-                  f"({state.tokens_used} used in {state.model_calls} model calls)")
+                  f"({state.tokens_used} used in {state.model_calls} model calls; set by "
+                  f"{loop.token_budget_setting})")
+    elif cause == "turns":
+        text = turns_stop_message(state.model_turns, gathered)
+        reason = (f"stopped after {state.model_turns} model turns (set by the deployment's "
+                  "TICKWORK_MAX_MODEL_TURNS)")
     else:
-        text = hard_stop_message(state.meter, loop.policy.walls, gathered)
-        reason = (f"stopped after {state.model_turns} model turns" if cause == "turns" else
-                  f"hard cap of {loop.policy.walls.hard_cap} external tool calls reached")
+        text = hard_stop_message(state.meter, walls, gathered)
+        reason = (f"hard cap of {walls.hard_cap} external tool calls reached (set by "
+                  f"{walls.hard_cap_setting})")
     state.messages.append(Message("assistant", text, injected=True))
     loop.journal.emit("content_delta", {"text": text, "injected": True}, parent=ROOT_SEQ)
     loop.journal.emit("gate_decision", {"verdict": "hard_stop", "reason": reason,

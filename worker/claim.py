@@ -43,11 +43,22 @@ class LeasedTask:
 
 @dataclass(frozen=True)
 class AgentDefinition:
-    """What a run uses of its agent: the instructions and the tools it may call."""
+    """What a run uses of its agent: the instructions, the tools it may call, and its own
+    settings (None: the deployment's default, the worker's TICKWORK_* setting)."""
 
     instructions: str
     tools: list[str]
     auto_approve: list[str]
+    model: str | None = None  # the model alias its turns use
+    max_tool_calls: int | None = None  # its hard cap of external tool calls
+    token_budget: int | None = None  # tokens one of its runs may spend
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], prefix: str = "") -> AgentDefinition:
+        """An agent as a claim (prefix "agent_") or get_agent_for_run returns it."""
+        return cls(row[f"{prefix}instructions"], row[f"{prefix}tools"],
+                   row[f"{prefix}auto_approve"], row.get(f"{prefix}model"),
+                   row.get(f"{prefix}max_tool_calls"), row.get(f"{prefix}token_budget"))
 
 
 @dataclass(frozen=True)
@@ -119,16 +130,18 @@ async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID, task_na
     async with pool.connection() as conn:
         cursor = await conn.execute(QUERIES["get_agent_for_run"], {"agent_id": row["agent_id"]})
         agent = await cursor.fetchone()
-    return ClaimedRun.from_row(row, agent=None if agent is None else AgentDefinition(
-        agent["instructions"], agent["tools"], agent["auto_approve"]), resume=Decision(
+    return ClaimedRun.from_row(row, agent=None if agent is None else AgentDefinition.from_row(
+        agent), resume=Decision(
         task_name, row["approval_status"], row["approval_reason"], row["state"]))
 
 
 async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int, worker_id: str,
-                            claim_id: UUID | None = None,
-                            sent_to: list[int] | None = None) -> list[ClaimedRun]:
-    """Claim and start up to ``limit`` fresh runs in one statement (the hot path); each row is
-    a started execution with its agent's definition (agent_found is NULL if it is gone).
+                            claim_id: UUID | None = None, sent_to: list[int] | None = None,
+                            tenant_cap: int = 0) -> list[ClaimedRun]:
+    """Claim and start up to ``limit`` fresh runs in one statement (the hot path), round-robin
+    across tenants, none that would take a tenant past ``tenant_cap`` running runs (0: no cap)
+    or an agent past its max_concurrent_runs; each row is a started execution with its agent's
+    definition (agent_found is NULL if it is gone), in the order they should start.
     ``claim_id`` (fresh when not given) names the claim in its claim rows, so that its runs
     can be found if its answer is lost (runs_of_lost_claim); ``sent_to`` gets the pid of the
     backend the claim was sent to, which such a question ends first."""
@@ -136,7 +149,8 @@ async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int, worker_id:
         if sent_to is not None:
             sent_to.append(conn.info.backend_pid)
         cursor = await conn.execute(QUERIES["claim_queued_executions"], {
-            "limit": limit, "worker_id": worker_id, "claim_id": claim_id or new_id()},
+            "limit": limit, "worker_id": worker_id, "claim_id": claim_id or new_id(),
+            "tenant_cap": tenant_cap},
             **HOT_PATH)
         rows = await cursor.fetchall()
     await failpoints.hit("claim.after_commit")  # tests: the answer lost on its way back
@@ -163,6 +177,6 @@ async def runs_of_lost_claim(pool: AsyncConnectionPool, *, claim_id: UUID, worke
 
 
 def _fresh_runs(rows: list[dict[str, Any]]) -> list[ClaimedRun]:
-    return [ClaimedRun.from_row(row, agent=None if row["agent_found"] is None else AgentDefinition(
-        row["agent_instructions"], row["agent_tools"], row["agent_auto_approve"]))
-        for row in rows]
+    return [ClaimedRun.from_row(row, agent=None if row["agent_found"] is None
+                                else AgentDefinition.from_row(row, "agent_"))
+            for row in rows]

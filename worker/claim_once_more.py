@@ -23,12 +23,13 @@ log = structlog.get_logger()
 
 
 async def claim_queued_runs_once_more(pool: AsyncConnectionPool, *, limit: int,
-                                      worker_id: str) -> list[ClaimedRun]:
+                                      worker_id: str, tenant_cap: int = 0) -> list[ClaimedRun]:
     claim_id = new_id()
     sent_to: list[int] = []  # each attempt's backend pid; the last one is the claim's
     try:
         return await once_more(lambda: claim_queued_runs(pool, limit=limit, worker_id=worker_id,
-                                                         claim_id=claim_id, sent_to=sent_to),
+                                                         claim_id=claim_id, sent_to=sent_to,
+                                                         tenant_cap=tenant_cap),
                                name="claim_queued_runs")
     except psycopg.OperationalError as exc:
         if not connection_lost(exc):

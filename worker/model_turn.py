@@ -44,7 +44,7 @@ async def call_model(state: RunState, loop: Loop, step: int) -> Reply:
     everything older than the current turn masked (journaled as context_masked); a second one
     raises ContextExhausted, never a loop."""
     reported = state.last_input_tokens
-    if reported is not None and reported >= loop.context.compact_at("default"):
+    if reported is not None and reported >= loop.context.compact_at(loop.model):
         await compact_context(state, loop, step, "threshold")
     sent = masked_for_model(outgoing(state.messages, state.summary),
                             1 if state.context_tight else loop.keep_turns)
@@ -74,8 +74,8 @@ async def _complete(state: RunState, loop: Loop, step: int, sent: list[Message])
     stream = TextStream(lambda payload: loop.journal.emit("content_delta", payload, parent=step),
                         monotonic=loop.monotonic)
     try:
-        with tracing.model_call("default", step) as span:
-            reply = await loop.provider.complete("default", with_tool_index(sent, loop.toolbox),
+        with tracing.model_call(loop.model, step) as span:
+            reply = await loop.provider.complete(loop.model, with_tool_index(sent, loop.toolbox),
                                                  loop.toolbox.schemas(),
                                                  state.view(loop.run_input), on_text=stream)
             tracing.note_usage(span, reply.usage)
@@ -86,7 +86,7 @@ async def _complete(state: RunState, loop: Loop, step: int, sent: list[Message])
         stream.close()  # the remainder; the whole text is not journaled again
     else:
         stream.discard()
-    count_usage(state, loop.journal, "default", reply, step)
+    count_usage(state, loop.journal, loop.model, reply, step)
     if reply.usage is not None:  # what decides the next compaction
         state.last_input_tokens = max(0, int(reply.usage.input_tokens))
     return reply
@@ -162,7 +162,7 @@ async def compact_context(state: RunState, loop: Loop, step: int, reason: str) -
     previous = state.summary.text if state.summary is not None else None
     prompt = summary_prompt(previous, older, loop.context.prompt_chars())
     facts = {"reason": reason, "alias": SUMMARY_ALIAS, "reported_input_tokens": reported,
-             "threshold": loop.context.compact_at("default")}
+             "threshold": loop.context.compact_at(loop.model)}
     try:
         with tracing.model_call(SUMMARY_ALIAS, step) as span:
             reply = await loop.provider.complete(SUMMARY_ALIAS, prompt, [],

@@ -26,7 +26,7 @@ from tickwork.worker.continuation import load_chain, rebuild_state
 from tickwork.worker.redact import journal_json, redact
 from tickwork.worker.run_queries import fail_if_timed_out, remove_agent_schedules
 from tickwork.worker.run_log import RunLog
-from tickwork.worker.run_wiring import RunDeps, build_loop
+from tickwork.worker.run_wiring import RunDeps, agent_walls, build_loop
 from tickwork.worker.secrets import RunSecrets
 from tickwork.worker.state import RunState
 
@@ -131,7 +131,8 @@ async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
                                units=deps.settings.continuation_units)
         if chain.earlier:  # a retry continues where the attempts before it stopped
             toolset = deps.toolset(run.agent.tools)
-            state = await rebuild_state(deps.pool, chain, state, walls=deps.walls,
+            state = await rebuild_state(deps.pool, chain, state,
+                                        walls=agent_walls(run.agent, deps),
                                         spec_of=lambda name: toolset.specs.get(name))
     held["state"] = state
     loop = build_loop(run, run.agent, state, journal, deps, chain, secrets)

@@ -3,7 +3,7 @@ from it (its toolbox, walls, call policy and stop-gate settings)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from psycopg_pool import AsyncConnectionPool
@@ -82,10 +82,39 @@ class RunDeps:
                            max_answer_bytes=self.settings.query_file_max_answer_bytes)
 
 
+class UnknownModelAlias(Exception):
+    def __init__(self, alias: str, known: frozenset[str]) -> None:
+        super().__init__(f"the agent's model {alias!r} is not an alias this worker routes "
+                         f"(TICKWORK_MODELS routes {', '.join(sorted(known))}); set the agent's "
+                         "model to one of them, or route the alias")
+
+
+def agent_walls(agent: AgentDefinition, deps: RunDeps) -> WallSettings:
+    """The deployment's walls, with the agent's own hard cap when it has one."""
+    if agent.max_tool_calls is None:
+        return deps.walls
+    return replace(deps.walls, hard_cap=agent.max_tool_calls,
+                   hard_cap_setting="the agent's max_tool_calls")
+
+
+def agent_model(agent: AgentDefinition, deps: RunDeps) -> str:
+    """The alias the agent's turns use: its own (which the worker must route), else default."""
+    if agent.model is None:
+        return "default"
+    known = getattr(deps.provider, "aliases", None)  # a Router knows its aliases
+    if known is not None and agent.model not in known:
+        raise UnknownModelAlias(agent.model, known)
+    return agent.model
+
+
 def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal: RunJournal,
                deps: RunDeps, chain: Chain | None = None,
                secrets: RunSecrets | None = None) -> Loop:
+    """The agent's own settings (model, max_tool_calls, token_budget) over the deployment's."""
     s, pool = deps.settings, deps.pool
+    budget, budget_setting = ((s.token_budget, "the deployment's TICKWORK_TOKEN_BUDGET")
+                              if agent.token_budget is None
+                              else (agent.token_budget, "the agent's token_budget"))
     # The tool-call store is the chain's: a call an earlier attempt completed is replayed.
     root = (chain or Chain.alone(run.id)).root
     toolbox = ToolBox(deps.toolset(agent.tools), pool=pool, execution_id=run.id,
@@ -94,7 +123,7 @@ def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal
                       tool_timeout=s.tool_timeout_seconds, query_limits=deps.query_limits,
                       chain_root=root, tenant_id=run.tenant_id, secrets=secrets,
                       loaded=state.loaded_tools if s.tool_schemas_on_demand else None)
-    policy = CallPolicy(walls=deps.walls, auto_approve=frozenset(agent.auto_approve),
+    policy = CallPolicy(walls=agent_walls(agent, deps), auto_approve=frozenset(agent.auto_approve),
                         stored_result=lambda call_id: stored_result(pool, root, call_id),
                         store_result=lambda call_id, text, ok: store_result(
                             pool, root, call_id, text, ok))
@@ -103,9 +132,9 @@ def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal
                 gate=deps.gate,
                 max_turns=s.max_model_turns,
                 cancel_requested=lambda: _cancel_requested(journal),
-                token_budget=s.token_budget, keep_turns=s.context_keep_turns,
-                context=deps.context_limits,
-                call_prefix=call_prefix(run.attempt))
+                token_budget=budget, token_budget_setting=budget_setting,
+                keep_turns=s.context_keep_turns, context=deps.context_limits,
+                model=agent_model(agent, deps), call_prefix=call_prefix(run.attempt))
 
 
 async def _cancel_requested(journal: RunJournal) -> bool:

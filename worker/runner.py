@@ -144,8 +144,9 @@ class Worker:
         tasks: list = []
         try:
             # A claim whose connection a restart closed before it was sent runs once more.
-            runs = await claim_queued_runs_once_more(self.deps.pool, limit=wanted,
-                                                     worker_id=self.deps.worker_id)
+            runs = await claim_queued_runs_once_more(
+                self.deps.pool, limit=wanted, worker_id=self.deps.worker_id,
+                tenant_cap=self.deps.settings.tenant_max_concurrent_runs)
             if runs:  # run_start is committed: delivered now, and their tails learn it at once
                 self.deps.journal_writer.notifier.runs_changed(run.id for run in runs)
                 self._deliver(run_claimed, runs)

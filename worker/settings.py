@@ -15,6 +15,9 @@ class WorkerSettings(BaseSettings):
     # While slots free quickly, claim a few runs ahead of them (worker/claim_ahead.py); off, a
     # worker never holds more runs than its concurrency.
     claim_ahead: bool = True
+    # Runs of one tenant running at once across the fleet, held at the claim (0: no cap). Each
+    # worker applies its own setting: give every worker the same.
+    tenant_max_concurrent_runs: int = 0
     poll_interval_seconds: float = 1.0
     lease_seconds: int = 60
     shutdown_grace_seconds: float = 30.0
@@ -58,6 +61,14 @@ class WorkerSettings(BaseSettings):
     query_file_memory_mb: int = 512
     # Bytes of JSON one query_file answer may hold; rows past it are left out, and it says so.
     query_file_max_answer_bytes: int = 1_000_000
+
+    @field_validator("tenant_max_concurrent_runs")
+    @classmethod
+    def _not_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("TICKWORK_TENANT_MAX_CONCURRENT_RUNS must be 0 (no cap) or a "
+                             f"positive whole number (got {value})")
+        return value
 
     @field_validator("concurrency")
     @classmethod

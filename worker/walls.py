@@ -43,6 +43,9 @@ class WallSettings:
     delivery: int = 5  # send-class reserve, exempt from the aggregate
     query_loop: int = 10  # per (file_ref, sql shape) of query_file
     hard_cap: int = 100  # attempted external calls, executed or refused; 0 disables
+    # Who set the hard cap, named in the hard-stop message so the user knows what to raise:
+    # the deployment (TICKWORK_HARD_CAP) or the agent's own max_tool_calls.
+    hard_cap_setting: str = "the deployment's TICKWORK_HARD_CAP"
 
 
 @dataclass
@@ -212,25 +215,38 @@ def hard_cap_reached(meter: Meter, settings: WallSettings) -> bool:
 
 def hard_stop_message(meter: Meter, settings: WallSettings, gathered: str) -> str:
     """The terminal assistant message at the hard cap, written for the user: how many calls,
-    the limit and why it exists, what was gathered, and what to do next."""
-    summary = gathered.strip().rstrip(".") if gathered else ""
-    found = (f"What I gathered so far: {summary}." if summary
-             else "I had not gathered anything I could summarise yet.")
+    the limit and why it exists, what was gathered, and what to do next (naming the setting
+    that set the limit)."""
     return (f"I stopped after {meter.external_attempts} tool calls — this run hit its hard "
             f"limit of {settings.hard_cap} tool calls, which guards against a runaway loop. "
-            f"{found} If the task genuinely needs more tool calls, break it into smaller runs "
-            "or raise the agent's tool-call budget.")
+            f"{_gathered(gathered)} If the task genuinely needs more tool calls, break it into "
+            f"smaller runs or raise {settings.hard_cap_setting}.")
 
 
-def token_stop_message(used: int, budget: int, gathered: str) -> str:
+def token_stop_message(used: int, budget: int, gathered: str,
+                       setting: str = "the deployment's TICKWORK_TOKEN_BUDGET") -> str:
     """The terminal assistant message when the run's token budget is spent, written for the
-    user like the hard cap's: what it cost, the limit, what was gathered, what to do next."""
-    summary = gathered.strip().rstrip(".") if gathered else ""
-    found = (f"What I gathered so far: {summary}." if summary
-             else "I had not gathered anything I could summarise yet.")
+    user like the hard cap's: what it cost, the limit, what was gathered, what to do next
+    (naming the setting that set the budget)."""
     return (f"I stopped after using {used} tokens — this run hit its token budget of {budget} "
-            f"tokens, which caps what one run may cost. {found} If the task genuinely needs "
-            "more, break it into smaller runs or raise the token budget.")
+            f"tokens, which caps what one run may cost. {_gathered(gathered)} If the task "
+            f"genuinely needs more, break it into smaller runs or raise the token budget "
+            f"({setting}).")
+
+
+def turns_stop_message(turns: int, gathered: str) -> str:
+    """The terminal assistant message when the run has taken as many model turns as the
+    deployment allows (a model that only talks, without tool calls to meter)."""
+    return (f"I stopped after {turns} model turns — this run hit the limit of model turns a "
+            f"run may take, which guards against a runaway conversation. {_gathered(gathered)} "
+            "If the task genuinely needs more turns, break it into smaller runs or raise the "
+            "deployment's TICKWORK_MAX_MODEL_TURNS.")
+
+
+def _gathered(gathered: str) -> str:
+    summary = gathered.strip().rstrip(".") if gathered else ""
+    return (f"What I gathered so far: {summary}." if summary
+            else "I had not gathered anything I could summarise yet.")
 
 
 def turn_warning(model_turns: int, every: int = 50) -> str | None:

@@ -10,9 +10,10 @@ from fastapi import APIRouter, Body, Depends, Header
 from tickwork.scheduler import agents
 from tickwork.scheduler.agents import (create_agent, delete_agent, get_agent, public_agent,
                                          replace_agent)
-from tickwork.scheduler.api.deps import Session, notifier_of, session
+from tickwork.scheduler.api.deps import Session, notifier_of, session, settings_of
 from tickwork.scheduler.models import AgentIn, RunIn
 from tickwork.scheduler.pagination import check_limit
+from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.sql.notify import Notifier
 from tickwork.scheduler.runs import request_hash, start_agent_run
 
@@ -21,8 +22,9 @@ IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_lengt
 
 
 @router.post("", status_code=201)
-async def create(body: AgentIn, s: Session = Depends(session)) -> dict:
-    return await create_agent(s.conn, s.principal, body)
+async def create(body: AgentIn, s: Session = Depends(session),
+                 settings: SchedulerSettings = Depends(settings_of)) -> dict:
+    return await create_agent(s.conn, s.principal, body, models=settings.model_aliases)
 
 
 @router.get("")
@@ -38,8 +40,10 @@ async def read(agent_id: UUID, s: Session = Depends(session)) -> dict:
 
 
 @router.put("/{agent_id}")
-async def replace(agent_id: UUID, body: AgentIn, s: Session = Depends(session)) -> dict:
-    return await replace_agent(s.conn, s.principal, agent_id, body)
+async def replace(agent_id: UUID, body: AgentIn, s: Session = Depends(session),
+                  settings: SchedulerSettings = Depends(settings_of)) -> dict:
+    return await replace_agent(s.conn, s.principal, agent_id, body,
+                               models=settings.model_aliases)
 
 
 @router.delete("/{agent_id}", status_code=204)

@@ -20,6 +20,7 @@ from tickwork.scheduler.api.once_more import OnceMore
 from tickwork.scheduler.api.revocation import RevocationWatch
 from tickwork.scheduler.api.run_start import RunStartRoute
 from tickwork.scheduler.api.tenant_scope import AllTenantsPool
+from tickwork.scheduler.api.tenant_rate import TenantRateLimit
 from tickwork.scheduler.api.throttle import AuthThrottle
 from tickwork.scheduler.metrics import AppMetrics
 from tickwork.scheduler.run_batch import RunStartBatcher
@@ -78,6 +79,8 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
     app.state.throttle = AuthThrottle(limit=settings.auth_failure_limit,
                                       window_seconds=settings.auth_failure_window_seconds)
     app.state.trusted_proxies = parse_networks(settings.trusted_proxies)
+    app.state.tenant_rate = TenantRateLimit(rate=settings.tenant_rate_limit,
+                                            burst=settings.tenant_rate_burst)
     if pool is not None:
         app.state.pool = pool
         app.state.notifier = Notifier(pool)

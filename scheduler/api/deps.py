@@ -82,6 +82,12 @@ async def authenticated(request: Request, conn: AsyncConnection) -> Principal:
         raise
 
 
+def charged(request: Request, principal: Principal) -> Principal:
+    """A tenant's request counted against its rate (scheduler/api/tenant_rate.py): 429 past it."""
+    request.app.state.tenant_rate.charge(principal.tenant_id)
+    return principal
+
+
 def tenant_only(principal: Principal) -> Principal:
     if principal.is_operator:
         raise Forbidden("an operator token manages the cluster (metrics, the tick, tokens), not "
@@ -94,7 +100,7 @@ async def session(request: Request) -> AsyncIterator[Session]:
     """A tenant's request: its connection and principal (operator tokens are refused). The
     connection only ever works as that tenant (row-level security, scheduler/api/tenant_scope.py)."""
     async with request.app.state.pool.connection() as conn:
-        principal = tenant_only(await authenticated(request, conn))
+        principal = charged(request, tenant_only(await authenticated(request, conn)))
         yield Session(TenantConnection(conn, principal.tenant_id), principal)
 
 
@@ -106,7 +112,7 @@ async def tenant_principal(request: Request) -> Principal:
     if principal is None:
         async with request.app.state.pool.connection() as conn:
             principal = await authenticated(request, conn)
-    return tenant_only(principal)
+    return charged(request, tenant_only(principal))
 
 
 async def any_principal(request: Request) -> Principal:
@@ -118,7 +124,7 @@ async def any_principal(request: Request) -> Principal:
 
 async def principal_only(request: Request) -> Principal:
     """As any_principal, for a tenant's routes (operator tokens are refused)."""
-    return tenant_only(await any_principal(request))
+    return charged(request, tenant_only(await any_principal(request)))
 
 
 async def operator_principal(principal: Principal = Depends(any_principal)) -> Principal:

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from tickwork.scheduler.agents import UnknownTools
+from tickwork.scheduler.api.tenant_rate import TenantRateLimited
 from tickwork.scheduler.api.throttle import TooManyFailures
 from tickwork.sql.db import translate_error
 from tickwork.sql.errors import (Conflict, Forbidden, InvalidInput, NotFound, TickworkError,
@@ -32,6 +33,7 @@ STATUS: dict[type[TickworkError], int] = {
     InvalidInput: 422,
     TooManyFailures: 429,
     SecretsUnavailable: 503,
+    TenantRateLimited: 429,
 }
 
 
@@ -55,7 +57,10 @@ def _sentence(error: dict[str, Any]) -> str:
 
 
 def tickwork_response(exc: TickworkError) -> JSONResponse:
-    return JSONResponse(exc.as_body(), status_code=http_status(exc))
+    # An error that says when to come back says it in the header clients read, too.
+    wait = exc.fields.get("retry_after")
+    return JSONResponse(exc.as_body(), status_code=http_status(exc),
+                        headers=None if wait is None else {"Retry-After": str(wait)})
 
 
 def database_response(exc: psycopg.Error) -> JSONResponse:

@@ -76,53 +76,152 @@ SELECT e.id, e.status, e.breadcrumb,
  WHERE e.id = %(id)s AND e.tenant_id = %(tenant_id)s;
 
 -- name: claim_queued_executions
--- The one statement that starts fresh runs: pick up to %(limit)s run tasks (ready ones, then
--- leftovers an older worker leased and never claimed, once their lease expired; SKIP LOCKED),
--- insert their idempotency claims (a duplicate inserts nothing and runs nothing), start the
--- claimed executions with a deadline and run token, write run_start as event 1, drop the
--- tasks, and return each started run with its agent (the worker wakes their tails once this
--- has committed: sql/notify.py). Nothing is leased between picking and claiming, so a worker
--- that dies here either committed (the sweep owns the run from then on) or did not (the task
--- is still queued). Every table is reached by its key, whatever the backlog: the tasks are
--- dropped by name (a join to the picked CTE was planned as a scan of every queued task) and
--- each run's agent is looked up by id; only the columns a run reads come back. The claim_id
--- parameter names this claim in its claim rows, for get_runs_of_lost_claim.
--- Planned once per connection: the picking scans at most the 256 oldest tasks it can lock (a
--- constant: worker/runner.py CLAIM_BATCH, the largest claim, is not above it) and takes
--- %(limit)s of them; the outer LIMIT stops the scan, so only those are locked. With the limit
--- alone on the scan, a generic plan guessed it at a tenth of the queue, never looked cheaper
--- than a fresh plan, and every claim was planned again (a sixth of the time the claim and the
--- journal took, bench/README.md).
-WITH ready AS (
-    SELECT name, execution_id
-      FROM (SELECT name, execution_id FROM queue_tasks
+-- The one statement that starts fresh runs: pick up to %(limit)s run tasks, round-robin across
+-- the tenants with work (below), then leftovers an older worker leased and never claimed, once
+-- their lease expired (SKIP LOCKED); keep those that fit the caps (the tenant's running runs
+-- under %(tenant_cap)s, 0 meaning none, and each agent's under its max_concurrent_runs: the
+-- function runs_within_caps of migration 0077 counts them under a per-tenant lock, and only
+-- for candidates a cap applies to); insert their idempotency claims (a duplicate inserts
+-- nothing and runs nothing), start the claimed executions with a deadline (the agent's
+-- timeout_minutes when it has one) and run token, write run_start as event 1, drop their
+-- tasks, and return each started run with its agent, in the order picked (the worker wakes
+-- their tails once this has committed: sql/notify.py). Nothing is leased between picking and
+-- claiming, so a worker that dies here either committed (the sweep owns the run from then on)
+-- or did not (the task is still queued). Every table is reached by its key, whatever the
+-- backlog: the tasks are dropped by name (a join to the picked CTE was planned as a scan of
+-- every queued task) and each run's agent is looked up by id; only the columns a run reads
+-- come back. The claim_id parameter names this claim in its claim rows, for
+-- get_runs_of_lost_claim.
+-- (Each agent's tasks are read in the index's own order, tenant_id, agent_id, available_at:
+-- sorted by available_at alone, a plan made while one tenant had work read them from
+-- queue_tasks_ready_idx, every other tenant's tasks filtered out one by one.)
+-- Round-robin: the agents with ready run tasks are found by a skip scan of
+-- queue_tasks_tenant_ready_idx (one probe per agent, at most 256 of them); each tenant's agents
+-- are ranked by their oldest task, and up to %(limit)s agents are chosen turn by turn (every
+-- tenant's first agent, then every tenant's second...), each getting an equal share of the
+-- claim, its own oldest tasks; these are ranked turn by turn again (within a tenant its agents
+-- alternate; across tenants every tenant's first, then every tenant's second...), so one
+-- tenant's backlog delays another's next run by at most one claim, and one agent's backlog held
+-- by its cap does not hold back the tenant's other agents. What the shares leave unfilled (an
+-- agent with fewer tasks than its share) is filled first in, first out.
+-- Planned once per connection: every scan has a constant bound (the fill scans at most the
+-- 256 oldest tasks it can lock, a constant: worker/runner.py CLAIM_BATCH, the largest claim,
+-- is not above it) and an outer LIMIT stops it, so only what is taken is locked. With the
+-- limit alone on the scan, a generic plan guessed it at a tenth of the queue, never looked
+-- cheaper than a fresh plan, and every claim was planned again (a sixth of the time the claim
+-- and the journal took, bench/README.md).
+WITH RECURSIVE busy (tenant_id, agent_id) AS (
+    (SELECT tenant_id, agent_id FROM queue_tasks
+      WHERE kind = 'run' AND lease_expires_at IS NULL AND tenant_id IS NOT NULL
+        AND agent_id IS NOT NULL
+      ORDER BY tenant_id, agent_id
+      LIMIT 1)
+    UNION ALL
+    SELECT n.tenant_id, n.agent_id
+      FROM busy b
+     CROSS JOIN LATERAL (SELECT q.tenant_id, q.agent_id FROM queue_tasks q
+                          WHERE q.kind = 'run' AND q.lease_expires_at IS NULL
+                            AND q.tenant_id IS NOT NULL AND q.agent_id IS NOT NULL
+                            AND (q.tenant_id, q.agent_id) > (b.tenant_id, b.agent_id)
+                          ORDER BY q.tenant_id, q.agent_id
+                          LIMIT 1) n
+), heads AS (
+    SELECT t.tenant_id, t.agent_id, h.available_at,
+           row_number() OVER (PARTITION BY t.tenant_id ORDER BY h.available_at) AS agent_turn
+      FROM (SELECT tenant_id, agent_id FROM busy LIMIT 256) t
+     CROSS JOIN LATERAL (SELECT q.available_at FROM queue_tasks q
+                          WHERE q.tenant_id = t.tenant_id AND q.agent_id = t.agent_id
+                            AND q.kind = 'run' AND q.lease_expires_at IS NULL
+                            AND q.available_at <= now()
+                          ORDER BY q.tenant_id, q.agent_id, q.available_at  -- the index's order
+                          LIMIT 1) h
+), chosen AS (
+    SELECT tenant_id, agent_id FROM heads ORDER BY agent_turn, available_at LIMIT %(limit)s
+), shares AS (
+    SELECT tenant_id, agent_id, ceil(%(limit)s::numeric / count(*) OVER ())::integer AS share
+      FROM chosen
+), fair AS (
+    SELECT p.name, p.execution_id, p.tenant_id, p.agent_id,
+           row_number() OVER (ORDER BY p.tenant_turn, p.available_at) AS ord
+      FROM (SELECT t.*, row_number() OVER (PARTITION BY t.tenant_id
+                                           ORDER BY t.turn, t.available_at) AS tenant_turn
+              FROM (SELECT t.name, t.execution_id, t.tenant_id, t.agent_id, t.available_at,
+                           row_number() OVER (PARTITION BY t.tenant_id, t.agent_id
+                                              ORDER BY t.available_at) AS turn
+                      FROM shares s
+                     CROSS JOIN LATERAL (
+                           SELECT * FROM (SELECT q.name, q.execution_id, q.tenant_id,
+                                                 q.agent_id, q.available_at
+                                            FROM queue_tasks q
+                                           WHERE q.tenant_id = s.tenant_id
+                                             AND q.agent_id = s.agent_id AND q.kind = 'run'
+                                             AND q.lease_expires_at IS NULL
+                                             AND q.available_at <= now()
+                                           ORDER BY q.tenant_id, q.agent_id, q.available_at
+                                           LIMIT 256
+                                             FOR UPDATE SKIP LOCKED) oldest
+                            LIMIT s.share) t) t) p
+), fill AS (
+    SELECT name, execution_id, tenant_id, agent_id
+      FROM (SELECT name, execution_id, tenant_id, agent_id FROM queue_tasks
              WHERE kind = 'run' AND lease_expires_at IS NULL AND available_at <= now()
              ORDER BY available_at
              LIMIT 256
                FOR UPDATE SKIP LOCKED) oldest
-     LIMIT %(limit)s
+     WHERE name <> ALL (ARRAY(SELECT name FROM fair))  -- a task of ours is not skipped
+     LIMIT greatest(%(limit)s - (SELECT count(*) FROM fair), 0)
 ), leftover AS (
-    SELECT name, execution_id
-      FROM (SELECT name, execution_id FROM queue_tasks
+    SELECT name, execution_id, tenant_id, agent_id
+      FROM (SELECT name, execution_id, tenant_id, agent_id FROM queue_tasks
              WHERE kind = 'run' AND lease_expires_at < now()
              ORDER BY lease_expires_at
              LIMIT 256
                FOR UPDATE SKIP LOCKED) oldest
      LIMIT %(limit)s
 ), picked AS (
-    SELECT name, execution_id FROM ready UNION ALL SELECT name, execution_id FROM leftover
+    SELECT name, execution_id, tenant_id, agent_id, ord FROM fair
+    UNION ALL
+    SELECT name, execution_id, tenant_id, agent_id, 1000 + row_number() OVER () FROM fill
+    UNION ALL
+    SELECT name, execution_id, tenant_id, agent_id, 2000 + row_number() OVER () FROM leftover
+     ORDER BY ord
      LIMIT %(limit)s
+), candidate AS (
+    SELECT p.name, p.execution_id, p.tenant_id, p.ord, a.id AS agent_found,
+           a.instructions, a.tools, a.auto_approve, a.model, a.timeout_minutes,
+           a.max_tool_calls, a.token_budget, a.max_concurrent_runs
+      FROM picked p
+      LEFT JOIN LATERAL (SELECT id, instructions, tools, auto_approve, model, timeout_minutes,
+                                max_tool_calls, token_budget, max_concurrent_runs
+                           FROM agents
+                          WHERE id = p.agent_id
+                          LIMIT 1) a ON true  -- LIMIT: looked up by id, never hashed from a scan
+), capped AS (  -- the candidates a cap applies to, in the order they would start
+    SELECT execution_id, tenant_id, agent_found, max_concurrent_runs, ord FROM candidate
+     WHERE %(tenant_cap)s::integer > 0 OR max_concurrent_runs IS NOT NULL
+), allowed AS (
+    SELECT execution_id FROM candidate
+     WHERE %(tenant_cap)s::integer <= 0 AND max_concurrent_runs IS NULL
+    UNION ALL
+    SELECT fits FROM runs_within_caps(
+        ARRAY(SELECT execution_id FROM capped ORDER BY ord),
+        ARRAY(SELECT tenant_id FROM capped ORDER BY ord),
+        ARRAY(SELECT agent_found FROM capped ORDER BY ord),
+        ARRAY(SELECT max_concurrent_runs FROM capped ORDER BY ord),
+        %(tenant_cap)s::integer) AS fits
 ), claimed AS (
     INSERT INTO execution_claims (execution_id, worker_id, claim_id)
-    SELECT execution_id, %(worker_id)s, %(claim_id)s FROM picked
+    SELECT execution_id, %(worker_id)s, %(claim_id)s FROM allowed
     ON CONFLICT (execution_id) DO NOTHING
     RETURNING execution_id
 ), started AS (
     UPDATE executions e
        SET status = 'running', started_at = now(), run_token = gen_random_uuid(),
-           deadline = now() + make_interval(mins => e.timeout_minutes)
-      FROM claimed c
-     WHERE e.id = c.execution_id AND e.status = 'queued'
+           timeout_minutes = coalesce(c.timeout_minutes, e.timeout_minutes),
+           deadline = now() + make_interval(mins => coalesce(c.timeout_minutes,
+                                                              e.timeout_minutes))
+      FROM claimed cl JOIN candidate c ON c.execution_id = cl.execution_id
+     WHERE e.id = cl.execution_id AND e.id = c.execution_id AND e.status = 'queued'
     RETURNING e.id, e.tenant_id, e.agent_id, e.schedule_id, e.attempt, e.timeout_minutes,
               e.input, e.run_token, e.cancel_requested_at, e.trigger_type, e.trigger_source
 ), journaled AS (
@@ -131,17 +230,19 @@ WITH ready AS (
            jsonb_build_object('attempt', attempt, 'trigger_type', trigger_type,
                               'trigger_source', trigger_source, 'worker_id', %(worker_id)s::text)
       FROM started
-), dropped AS (
-    DELETE FROM queue_tasks WHERE name = ANY (ARRAY(SELECT name FROM picked))
+), dropped AS (  -- a task held back by a cap stays queued
+    DELETE FROM queue_tasks
+     WHERE name = ANY (ARRAY(SELECT c.name FROM candidate c
+                              WHERE c.execution_id IN (SELECT execution_id FROM allowed)))
 )
 SELECT s.id, s.tenant_id, s.agent_id, s.schedule_id, s.attempt, s.timeout_minutes, s.input,
        s.run_token, s.cancel_requested_at, NULL::bigint AS last_seq,
-       a.id AS agent_found, a.instructions AS agent_instructions,
-       a.tools AS agent_tools, a.auto_approve AS agent_auto_approve
+       c.agent_found, c.instructions AS agent_instructions, c.tools AS agent_tools,
+       c.auto_approve AS agent_auto_approve, c.model AS agent_model,
+       c.max_tool_calls AS agent_max_tool_calls, c.token_budget AS agent_token_budget
   FROM started s
-  LEFT JOIN LATERAL (SELECT id, instructions, tools, auto_approve FROM agents
-                      WHERE id = s.agent_id
-                      LIMIT 1) a ON true;  -- LIMIT: looked up by id, never hashed from a scan
+  JOIN candidate c ON c.execution_id = s.id
+ ORDER BY c.ord;
 
 -- name: end_backend_of_lost_claim
 -- Before a lost claim is asked about (worker/claim.py runs_of_lost_claim): end the backend it
@@ -164,10 +265,12 @@ SELECT pg_terminate_backend(pid, %(wait_ms)s) AS ended
 SELECT e.id, e.tenant_id, e.agent_id, e.schedule_id, e.attempt, e.timeout_minutes, e.input,
        e.run_token, e.cancel_requested_at, NULL::bigint AS last_seq,
        a.id AS agent_found, a.instructions AS agent_instructions,
-       a.tools AS agent_tools, a.auto_approve AS agent_auto_approve
+       a.tools AS agent_tools, a.auto_approve AS agent_auto_approve, a.model AS agent_model,
+       a.max_tool_calls AS agent_max_tool_calls, a.token_budget AS agent_token_budget
   FROM execution_claims c
   JOIN executions e ON e.id = c.execution_id
-  LEFT JOIN LATERAL (SELECT id, instructions, tools, auto_approve FROM agents
+  LEFT JOIN LATERAL (SELECT id, instructions, tools, auto_approve, model, max_tool_calls,
+                            token_budget FROM agents
                       WHERE id = e.agent_id
                       LIMIT 1) a ON true
  WHERE c.claim_id = %(claim_id)s AND c.worker_id = %(worker_id)s AND e.status = 'running';

@@ -304,7 +304,8 @@ MALFORMED_AGENT_BODIES = [
     {"name": "reporter", "tools": [""]},
     {"name": "reporter", "tools": [1]},
     {"name": "reporter", "instructions": None},
-    {"name": "reporter", "model": "gpt-4o"},
+    {"name": "reporter", "model": 7},
+    {"name": "reporter", "max_tool_calls": -1},
     {"name": "reporter", "schedule": "0 9 * * *"},
 ]
 

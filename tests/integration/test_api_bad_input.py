@@ -619,7 +619,7 @@ async def test_json_with_a_charset_parameter_is_accepted(world):
 
 UNKNOWN_FIELDS = {
     "agent_create": ("POST", "/v1/agents", {"name": "x", "colour": "red"}),
-    "agent_model": ("POST", "/v1/agents", {"name": "x", "model": "gpt-4o"}),
+    "agent_temperature": ("POST", "/v1/agents", {"name": "x", "temperature": 0.2}),
     "agent_put": ("PUT", "/v1/agents/{agent}", {"name": "seeded", "extra": 1}),
     "schedule_create": ("POST", "/v1/schedules", {"cron": "0 13 * * *", "priority": 1}),
     "schedule_display": ("POST", "/v1/schedules", {

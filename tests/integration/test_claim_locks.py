@@ -22,7 +22,8 @@ QUEUED, FIRST_CLAIM = 300, 16
 
 def claim(conn: psycopg.Connection, limit: int) -> list:
     return conn.execute(QUERIES["claim_queued_executions"],
-                        {"limit": limit, "worker_id": "w", "claim_id": new_id()},
+                        {"limit": limit, "worker_id": "w", "claim_id": new_id(),
+                         "tenant_cap": 0},
                         prepare=True).fetchall()
 
 

@@ -81,7 +81,7 @@ def test_the_sweep_still_reads_running_runs_by_their_deadline(busy_database):
 def test_a_claim_drops_its_tasks_by_name_whatever_the_backlog(busy_database):
     conn, _, _ = busy_database
     shown = plan(conn, "claim_queued_executions", {"limit": 16, "worker_id": "w",
-                                                  "claim_id": new_id()})
+                                                  "claim_id": new_id(), "tenant_cap": 0})
     assert "Seq Scan on queue_tasks" not in shown, shown
     assert "queue_tasks_pkey" in shown, shown
 
@@ -113,8 +113,9 @@ def generic_plan(conn: psycopg.Connection, query: str, types: dict[str, str],
 def test_the_claims_generic_plan_reaches_every_table_by_key(busy_database):
     conn, _, _ = busy_database
     shown = generic_plan(conn, "claim_queued_executions",
-                         {"limit": "integer", "worker_id": "text", "claim_id": "uuid"},
-                         {"limit": 16, "worker_id": "w", "claim_id": new_id()})
+                         {"limit": "integer", "worker_id": "text", "claim_id": "uuid",
+                          "tenant_cap": "integer"},
+                         {"limit": 16, "worker_id": "w", "claim_id": new_id(), "tenant_cap": 0})
     assert "Seq Scan" not in shown, shown
     assert "executions_pkey" in shown and "queue_tasks_pkey" in shown, shown
     assert "queue_tasks_ready_idx" in shown and "queue_tasks_leased_idx" in shown, shown

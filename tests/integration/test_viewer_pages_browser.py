@@ -132,7 +132,9 @@ async def test_the_agents_page_shows_tools_what_waits_for_a_person_and_status(
     sender = (await create_agent(api, "sender",
                                  tools=["demo.get_record", "demo.send_message"]))["id"]
     trusted = (await create_agent(api, "trusted", tools=["demo.send_message"],
-                                  auto_approve=["demo.send_message"], status="paused"))["id"]
+                                  auto_approve=["demo.send_message"], status="paused",
+                                  model="default", max_tool_calls=12, token_budget=50000,
+                                  max_concurrent_runs=2))["id"]
     await create_schedule(api, sender, "0 9 * * *")
 
     async with serving(create_app(settings, pool=pool)) as server, chromium_page() as page:
@@ -148,10 +150,13 @@ async def test_the_agents_page_shows_tools_what_waits_for_a_person_and_status(
         await expect(sender_row.locator(".chip.asks")).to_have_text(["demo.send_message ‖"])
         await expect(sender_row.locator("td.auto-approve")).to_have_text("none")
         await expect(sender_row.locator("td.schedules")).to_have_text("1")
+        await expect(sender_row.locator("td.limits")).to_have_text("defaults")
         trusted_row = page.locator(f'tr[data-agent="{trusted}"]')
         await expect(trusted_row.locator("td.status")).to_have_text("paused")
         await expect(trusted_row.locator(".chip.asks")).to_have_count(0)
         await expect(trusted_row.locator("td.auto-approve")).to_have_text("demo.send_message")
+        await expect(trusted_row.locator("td.limits .chip")).to_have_text(
+            ["model default", "12 tool calls", "50,000 tokens", "2 at once"])
         await expect(page.locator('#nav a[aria-current="page"]')).to_have_text("Agents")
         await screenshot(page, "viewer-agents.png")
         await trusted_row.locator("a", has_text="runs").click()

@@ -93,6 +93,11 @@ class Router:
             raise ValueError("A router needs a provider for the alias 'default'.")
         self._providers = dict(providers)
 
+    @property
+    def aliases(self) -> frozenset[str]:
+        """The aliases configured (an agent's model must be one of them)."""
+        return frozenset(self._providers)
+
     def provider_for(self, alias: str) -> ModelProvider:
         return self._providers.get(alias) or self._providers[DEFAULT_ALIAS]
 

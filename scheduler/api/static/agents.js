@@ -1,5 +1,6 @@
-// The agents page: each agent's status, its tools (and which of them wait for a person) and
-// what it may do without asking (auto-approve), with links to its schedules' count and runs.
+// The agents page: each agent's status, its tools (and which of them wait for a person), what
+// it may do without asking (auto-approve) and its own limits, with links to its schedules'
+// count and runs.
 "use strict";
 
 function agentsPage() {
@@ -26,7 +27,7 @@ function agentTable(agents, classes, scheduled) {
   if (!agents.length) {
     return el("p", {class: "empty"}, "No agents yet. `tickwork agent apply FILE` makes one.");
   }
-  const names = ["agent", "status", "tools", "auto-approve", "schedules", ""];
+  const names = ["agent", "status", "tools", "auto-approve", "limits", "schedules", ""];
   return el("table", {id: "agents"}, headRow(names),
     el("tbody", {}, ...agents.map(agent => el("tr", {"data-agent": agent.id},
       el("td", {class: "name"}, el("b", {}, agent.name),
@@ -37,8 +38,22 @@ function agentTable(agents, classes, scheduled) {
       el("td", {class: "auto-approve"}, agent.auto_approve.length ?
         agent.auto_approve.map(key => el("span", {class: "chip"}, key)) :
         el("span", {class: "muted"}, "none")),
+      el("td", {class: "limits"}, agentLimits(agent)),
       el("td", {class: "schedules"}, String(scheduled.get(agent.id) || 0)),
       el("td", {}, el("a", {href: `#/?agent=${agent.id}`}, "runs"))))));
+}
+
+/** The agent's own settings, each over the deployment's default ("defaults": none set). */
+function agentLimits(agent) {
+  const shown = [
+    agent.model != null ? `model ${agent.model}` : null,
+    agent.timeout_minutes != null ? `${agent.timeout_minutes} min timeout` : null,
+    agent.max_tool_calls != null ? `${agent.max_tool_calls} tool calls` : null,
+    agent.token_budget != null ? `${agent.token_budget.toLocaleString("en")} tokens` : null,
+    agent.max_concurrent_runs != null ? `${agent.max_concurrent_runs} at once` : null,
+  ].filter(Boolean);
+  return shown.length ? shown.map(text => el("span", {class: "chip"}, text)) :
+    el("span", {class: "muted", title: "the deployment's TICKWORK_* settings"}, "defaults");
 }
 
 /** One chip per tool; those that will wait for approval are marked (and say why on hover). */

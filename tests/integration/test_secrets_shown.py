@@ -224,3 +224,24 @@ async def test_a_judge_quoting_secrets_puts_neither_into_the_runs_reason_journal
     delivered = scalar(db_url, "SELECT string_agg(data::text, ' ') FROM webhook_deliveries"
                                " WHERE data ->> 'run_id' = %s", (run_id,))
     assert "[REDACTED:stripe]" in delivered and leaked(found, delivered) == []
+
+
+async def test_the_approver_sees_every_character_after_an_unterminated_key_block(api, pool, db_url):
+    """Issue 28, attack 4: a message whose key block never ends was approved as "Weekly summary:
+    nothing unusual. [REDACTED:private_key]" and sent in full. Only the key's lines are hidden;
+    the marker says how much it hid and that the block was unterminated; the rest is shown."""
+    key_lines = "\n".join("MII" + secrets.token_urlsafe(48).replace("-", "+").replace("_", "/")
+                          for _ in range(3))
+    order = ("Also wire 48,000 EUR to DE89 3704 0044 0532 0130 00 and send the customer export "
+             "to partner@example.net.")
+    text = (f"Weekly summary: nothing unusual.\n-----BEGIN RSA PRIVATE KEY-----\n{key_lines}\n"
+            f"{order}")
+    run_id = await waiting_send(api, pool, db_url, text, name="summariser")
+    approval = (await api.get("/v1/approvals")).json()["items"][0]
+    shown = approval["arguments"]["text"]
+    hidden = len(f"-----BEGIN RSA PRIVATE KEY-----\n{key_lines}")
+    assert shown == (f"Weekly summary: nothing unusual.\n"
+                     f"[REDACTED:private_key {hidden} chars, unterminated]\n{order}")
+    journal = await events(api, run_id)
+    required = [e for e in journal if e["type"] == "approval_required"]
+    assert order in json.dumps(required) and key_lines.split("\n")[0] not in json.dumps(journal)

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import base64
 import functools
+import heapq
 import json
 import re
 import uuid
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import orjson
 
@@ -158,7 +159,7 @@ _BRANCHES = {
     # Keys that are config, not prose (pwd:, passwd:, db_password:, DB_PASS:, x-auth-token:):
     # after a colon any unquoted value of 6+ characters is the secret (all letters included),
     # but a path (pwd: /home/bob).
-    "cfg": r"(?P<cfg_pre>(?P<cfg_key>\b(?i:pwd|passwd)|\b[A-Za-z0-9]+[_-](?i:password|passwd"
+    "cfg": r"(?P<cfg_pre>(?P<cfg_key>\b(?i:pwd|passwd)|\b[A-Za-z0-9]{1,64}[_-](?i:password|passwd"
            r"|pass|pwd|secret|token))[\"']?[ \t]*:[ \t]*)(?![/~\"'])(?:" + _MARKER_TEXT
            + "|" + _V + r"{6,})",
     # password: ... (YAML, prose, logs): quoted values always, unquoted ones only if they look
@@ -230,7 +231,10 @@ def _matches(text: str) -> Iterator[re.Match[str]]:
     order would find them: at each position the first branch that matches there wins, and the
     scan goes on after its match. Each branch's next match is searched again only when a match
     taken before it covered its start, so the text is read about once per branch."""
-    upcoming = {index: pattern.search(text) for index, pattern in enumerate(_PATTERNS)}
+    lowered = text.lower()
+    searchers = [_searcher(name, pattern, text, lowered)
+                 for name, pattern in zip(_BRANCHES, _PATTERNS)]
+    upcoming = {index: search(0) for index, search in enumerate(searchers)}
     position = 0
     while True:
         best: re.Match[str] | None = None
@@ -238,7 +242,7 @@ def _matches(text: str) -> Iterator[re.Match[str]]:
         for index in list(upcoming):
             found = upcoming[index]
             if found is not None and found.start() < position:
-                found = upcoming[index] = _PATTERNS[index].search(text, position)
+                found = upcoming[index] = searchers[index](position)
             if found is None:
                 del upcoming[index]
             elif best is None or found.start() < best.start():
@@ -247,7 +251,107 @@ def _matches(text: str) -> Iterator[re.Match[str]]:
             return
         yield best
         position = best.end()
-        upcoming[best_index] = _PATTERNS[best_index].search(text, position)
+        upcoming[best_index] = searchers[best_index](position)
+
+
+# The keyword branches start with a case-insensitive alternation of names, which the engine
+# tries at every position (about a microsecond a character). Over long text they are tried
+# only where a name's stem occurs (found in the lowered text at C speed). Every name of
+# _KV_NAMES starts with one of _KV_STEMS; cfg's match may start at the word before its stem.
+_KV_STEMS = ("pass", "pwd", "secret", "api", "access", "auth", "token", "private", "accountkey",
+             "shared", "encryption", "signing", "master", "storage", "app")
+_STEMS = {"kv": _KV_STEMS, "ckv": _KV_STEMS,
+          "jkv": _KV_STEMS + ("set-cookie", "cookie", "credential"),
+          "cfg": ("pwd", "pass", "secret", "token")}
+_CFG_WORD = 64  # cfg's word before the stem: at most this long (the pattern says so too)
+
+
+def _top_level_parts(body: str) -> list[str]:
+    """The pattern's alternatives at its top level (outside groups and classes)."""
+    parts, depth, in_class, escaped, last = [], 0, False, False, 0
+    for index, char in enumerate(body):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(body[last:index])
+            last = index + 1
+    return parts + [body[last:]]
+
+
+# A branch each of whose alternatives starts with \b and a letter or digit is searched for
+# without its first \b (a pattern that starts with a literal is scanned for at C speed; \b
+# first, it is tried at every position), and a match right after a word character is passed
+# over: the same matches.
+_WORD_STARTED = {name: re.compile(f"(?P<{name}>{body[2:]})", re.MULTILINE)
+                 for name, body in _BRANCHES.items()
+                 if all(re.match(r"\\b[A-Za-z0-9]", part) for part in _top_level_parts(body))}
+_WORD_CHAR = re.compile(r"\w")
+
+
+def _searcher(name: str, pattern: re.Pattern[str], text: str,
+              lowered: str) -> Callable[[int], re.Match[str] | None]:
+    unbounded = _WORD_STARTED.get(name)
+    if unbounded is not None:
+        def after_a_boundary(position: int) -> re.Match[str] | None:
+            while (found := unbounded.search(text, position)) is not None:
+                start = found.start()
+                if start == 0 or _WORD_CHAR.match(text, start - 1) is None:
+                    return found
+                position = start + 1
+            return None
+        return after_a_boundary
+    stems = _STEMS.get(name)
+    if stems is None or len(lowered) != len(text):  # (a few characters lower to two)
+        return lambda position: pattern.search(text, position)
+    occurrences = _occurrences(lowered, stems)
+    pending = [next(occurrences, None)]
+
+    def starts(at: int) -> tuple[int, ...]:
+        if name != "cfg" or at < 2 or text[at - 1] not in "_-":
+            return (at,)
+        word = at - 1
+        while word > 0 and at - 1 - word < _CFG_WORD and text[word - 1].isascii() \
+                and text[word - 1].isalnum():
+            word -= 1
+        return (word, at) if word < at - 1 else (at,)
+
+    def search(position: int) -> re.Match[str] | None:
+        while pending[0] is not None:
+            for start in starts(pending[0]):
+                if start >= position:
+                    found = pattern.match(text, start)
+                    if found is not None:
+                        return found
+            pending[0] = next(occurrences, None)
+        return None
+    return search
+
+
+def _occurrences(lowered: str, stems: tuple[str, ...]) -> Iterator[int]:
+    """Where any of the stems occurs, in order, each place once."""
+    heap = [(place, stem) for stem in stems if (place := lowered.find(stem)) >= 0]
+    heapq.heapify(heap)
+    last = -1
+    while heap:
+        place, stem = heap[0]
+        if place != last:
+            yield place
+            last = place
+        following = lowered.find(stem, place + 1)
+        if following >= 0:
+            heapq.heapreplace(heap, (following, stem))
+        else:
+            heapq.heappop(heap)
 
 
 # The prefilter: every branch needs one of these literals. Matched case-insensitively (on the
@@ -346,6 +450,63 @@ def redact_text(text: str) -> str:
         return text
     pieces.append(text[position:])
     return "".join(pieces)
+
+
+# Text still being written (a streamed answer): how much of it can be shown now. A secret's
+# value follows its literal closely (a keyword, its separator and value; a vendor prefix and
+# its token; a BEGIN line and the key), so text within HOLD_CHARS of the end that holds a
+# literal may still become a secret. WINDOW_CHARS bounds what is held: past it, all but the
+# last word goes out whatever it holds, redacted as it is (no real key block is that long; the
+# lines of a longer unfinished one that come after that point are not recognised).
+HOLD_CHARS = 256
+WINDOW_CHARS = 16384
+_LAST_SPACE = re.compile(r"\s(?=\S*\Z)")
+
+
+def settled(text: str) -> int:
+    """How many leading characters of ``text``, an answer still being written, can be shown
+    now (redacted on their own, as the journal redacts each event) with the same result as
+    redacting the whole answer: the cut is always at a word's start, and never inside a secret
+    or before one that more text could still complete or lengthen. Held back: the last word (a
+    token may still grow), text from a rule's literal near the end on (its value may follow),
+    a match reaching the end, and a key block whose END line has not come."""
+    if len(text) > WINDOW_CHARS:  # bounded: everything but the last word goes out
+        return _word_start(text, len(text)) or len(text)
+    cut = _word_start(text, len(text))
+    region = _word_start(text, len(text[:max(0, len(text) - HOLD_CHARS)].rstrip()))
+    literal = _first_literal(text, region)
+    if literal is not None:
+        cut = min(cut, _word_start(text, literal))
+    if not might_hold_secret(text):
+        return cut
+    found = _PATTERN.finditer(text) if len(text) <= SHORT_SCAN else _matches(text)
+    for match in found:
+        start, end = match.span()
+        if start >= cut:
+            break
+        name = match.lastgroup or ""
+        open_block = name in _BLOCKS and match.group(f"{name}_end") is None
+        if end > cut or end >= len(text) or open_block:
+            return _word_start(text, start)
+    return cut
+
+
+def _word_start(text: str, index: int) -> int:
+    """The start of the word holding text[index - 1] (index itself after a space); 0 if none."""
+    found = _LAST_SPACE.search(text, 0, index)
+    return found.end() if found else 0
+
+
+def _first_literal(text: str, start: int) -> int | None:
+    """Where the first literal any rule starts with occurs in text[start:], or None."""
+    lowered = text.lower()
+    places = [text.find(literal, start) for literal in _EXACT + ("://",)]
+    places += [lowered.find(literal, start) for literal in _ANY_CASE]
+    hint = _DISCORD_HINT.search(text, start)
+    if hint is not None:
+        places.append(hint.start())
+    places = [place for place in places if place >= 0]
+    return min(places) if places else None
 
 
 def _normal_key(key: str) -> str:

@@ -6,9 +6,13 @@ tail show nothing until the reply ends. So pieces gather and go out as one ``con
 most every ``interval`` seconds, plus the remainder when the reply ends. A timer sends what
 has gathered once the interval is up even when no new piece arrives to trigger it.
 
-A batch ends at a whitespace: the journal redacts each event on its own, so a secret split
-across two events would match no pattern; cutting between words keeps a token whole (a run
-of text with no whitespace goes out anyway once it is very long).
+A batch never splits a secret: the journal redacts each event on its own, so a secret split
+across two events (a key block's lines, "Authorization: Bearer" and its token, "password:" and
+its value, each written as separate pieces with pauses between them) would match no pattern and
+be stored in clear. So a batch ends where redact.settled says the text can no longer be the
+start of a secret: the last word, text from a rule's literal near the end, and an unfinished key
+block are carried over to the next batch (bounded by redact.WINDOW_CHARS) until more text
+settles them or the reply ends.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
+from tickwork.worker.redact import settled
+
 INTERVAL_SECONDS = 0.25
-UNBROKEN_CHARS = 4096  # past this much text without a whitespace, a batch is cut anyway
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -57,12 +62,14 @@ class TextStream:
     def _send(self, final: bool = False) -> None:
         self._cancel_timer()
         text = "".join(self._pieces)
-        cut = len(text) if final or len(text) > UNBROKEN_CHARS else _after_last_space(text)
+        cut = len(text) if final else settled(text)
         text, rest = text[:cut], text[cut:]
         self._pieces = [rest] if rest else []
+        # A try that sends nothing counts too: held text is looked at once an interval, not
+        # once a piece (each look reads all of it).
+        self._last = self._now()
         if not text:
             return
-        self._last = self._now()
         self.emitted += 1
         self._emit({"text": text, "streamed": True})
 
@@ -70,10 +77,3 @@ class TextStream:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-
-
-def _after_last_space(text: str) -> int:
-    for index in range(len(text) - 1, -1, -1):
-        if text[index].isspace():
-            return index + 1
-    return 0

@@ -105,6 +105,10 @@ _QUOTED = (r"(?:(?:(?!(?P={q}))[^\n]){{1,%d}}(?P<{post}>(?P={q}))|%s|[^\s\"']+)"
 _SEP = r"(?:[ \t\r\n]|\\[rn])+"
 _B64_LINE = r"(?=[A-Za-z=]*[0-9+/])[A-Za-z0-9+/]{16,}={0,2}"
 _SHORT_LINE = r"=?[A-Za-z0-9+/]{1,15}={0,2}"  # a body's short last line, a PGP checksum
+_BEGINS = {"pem": r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----",
+           "ssh2": r"---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----",
+           "putty": r"PuTTY-User-Key-File-\d:[^\n\\]*"}
+_BEGIN = re.compile("|".join(_BEGINS.values()))
 
 
 def _block(begin: str, headers: str, end: str, name: str) -> str:
@@ -126,11 +130,11 @@ _B64_PREFIXES = tuple(base64.b64encode(p.encode()).decode()[:len(p) * 4 // 3] fo
 # replaced by pre + [REDACTED:kind] + post. The kind is _KINDS[name], or for keyword branches
 # derived from the keyword itself.
 _BRANCHES = {
-    "pem": _block(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----", _PEM_HEADERS,
+    "pem": _block(_BEGINS["pem"], _PEM_HEADERS,
                   r"-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----", "pem"),
-    "ssh2": _block(r"---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----", "Comment|Subject",
+    "ssh2": _block(_BEGINS["ssh2"], "Comment|Subject",
                    r"---- END SSH2 ENCRYPTED PRIVATE KEY ----", "ssh2"),
-    "putty": _block(r"PuTTY-User-Key-File-\d:[^\n\\]*", _PUTTY_HEADERS,
+    "putty": _block(_BEGINS["putty"], _PUTTY_HEADERS,
                     r"Private-MAC:[ \t]*[0-9a-fA-F]+", "putty"),
     # scheme://user:PASSWORD@host (user may be empty: redis://:pw@host) -> keep the user;
     # anchored on "://". The password runs to the LAST @ of the authority, since an unencoded
@@ -456,8 +460,8 @@ def redact_text(text: str) -> str:
 # value follows its literal closely (a keyword, its separator and value; a vendor prefix and
 # its token; a BEGIN line and the key), so text within HOLD_CHARS of the end that holds a
 # literal may still become a secret. WINDOW_CHARS bounds what is held: past it, all but the
-# last word goes out whatever it holds, redacted as it is (no real key block is that long; the
-# lines of a longer unfinished one that come after that point are not recognised).
+# last word goes out (the stream puts an unfinished key block's BEGIN line back in front of
+# what follows, so its later lines are still redacted: streaming.TextStream).
 HOLD_CHARS = 256
 WINDOW_CHARS = 16384
 _LAST_SPACE = re.compile(r"\s(?=\S*\Z)")
@@ -470,15 +474,16 @@ def settled(text: str) -> int:
     or before one that more text could still complete or lengthen. Held back: the last word (a
     token may still grow), text from a rule's literal near the end on (its value may follow),
     a match reaching the end, and a key block whose END line has not come."""
-    if len(text) > WINDOW_CHARS:  # bounded: everything but the last word goes out
-        return _word_start(text, len(text)) or len(text)
+    # Past the window (bounded): only a match that the cut would split is still respected.
+    forced = len(text) > WINDOW_CHARS
     cut = _word_start(text, len(text))
-    region = _word_start(text, len(text[:max(0, len(text) - HOLD_CHARS)].rstrip()))
-    literal = _first_literal(text, region)
-    if literal is not None:
-        cut = min(cut, _word_start(text, literal))
+    if not forced:
+        region = _word_start(text, len(text[:max(0, len(text) - HOLD_CHARS)].rstrip()))
+        literal = _first_literal(text, region)
+        if literal is not None:
+            cut = min(cut, _word_start(text, literal))
     if not might_hold_secret(text):
-        return cut
+        return cut if cut or not forced else len(text)
     found = _PATTERN.finditer(text) if len(text) <= SHORT_SCAN else _matches(text)
     for match in found:
         start, end = match.span()
@@ -486,9 +491,25 @@ def settled(text: str) -> int:
             break
         name = match.lastgroup or ""
         open_block = name in _BLOCKS and match.group(f"{name}_end") is None
-        if end > cut or end >= len(text) or open_block:
-            return _word_start(text, start)
-    return cut
+        if end > cut or (not forced and (end >= len(text) or open_block)):
+            cut = _word_start(text, start)
+            break
+    return cut if cut or not forced else len(text)
+
+
+def open_block_head(text: str) -> str | None:
+    """The BEGIN line of a key block that ``text`` ends inside (no END line, key-like lines up
+    to its end), or None: text cut at the window ends there, and the block's next lines must
+    still be known for what they are."""
+    if "BEGIN" not in text and "PuTTY-" not in text:
+        return None
+    found = _PATTERN.finditer(text) if len(text) <= SHORT_SCAN else _matches(text)
+    for match in found:
+        name = match.lastgroup or ""
+        if name in _BLOCKS and match.group(f"{name}_end") is None \
+                and not text[match.end():].strip():
+            return _BEGIN.match(match.group()).group()  # type: ignore[union-attr]
+    return None
 
 
 def _word_start(text: str, index: int) -> int:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from tickwork.worker.redact import settled
+from tickwork.worker.redact import open_block_head, redact_text, settled
 
 INTERVAL_SECONDS = 0.25
 
@@ -37,6 +37,7 @@ class TextStream:
         self._last = monotonic()  # the first batch waits one interval like every other
         self._timer: asyncio.TimerHandle | None = None
         self._timers = timers
+        self._block_head: str | None = None  # an unfinished key block's BEGIN line (window)
         self.emitted = 0  # content_delta events sent
 
     def __call__(self, piece: str) -> None:
@@ -61,17 +62,24 @@ class TextStream:
 
     def _send(self, final: bool = False) -> None:
         self._cancel_timer()
-        text = "".join(self._pieces)
+        raw = "".join(self._pieces)
+        head = self._block_head
+        # A key block cut at the window goes on being one: its BEGIN line is put back in front
+        # of what follows, so its later lines are still recognised (and redacted here).
+        text = f"{head}\n{raw}" if head else raw
         cut = len(text) if final else settled(text)
-        text, rest = text[:cut], text[cut:]
+        if head and cut <= len(head) + 1:
+            cut = 0
+        sent, rest = text[:cut], (text[cut:] if cut else raw)
         self._pieces = [rest] if rest else []
         # A try that sends nothing counts too: held text is looked at once an interval, not
         # once a piece (each look reads all of it).
         self._last = self._now()
-        if not text:
+        if not sent:
             return
+        self._block_head = None if final else open_block_head(sent)
         self.emitted += 1
-        self._emit({"text": text, "streamed": True})
+        self._emit({"text": redact_text(sent) if head else sent, "streamed": True})
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:

@@ -145,3 +145,19 @@ def test_what_is_held_is_bounded_by_the_window():
         stream(key_body(1) + "\n")
     held = sum(len(p) for p in stream._pieces)
     assert sent and held <= WINDOW_CHARS
+
+
+def test_a_key_block_longer_than_the_window_is_redacted_to_its_end():
+    clock, sent = Clock(), []
+    stream = TextStream(sent.append, monotonic=clock, interval=0.25, timers=False)
+    lines = [key_body(1).replace("a", str(i % 10), 3) for i in range(WINDOW_CHARS // 50)]
+    pieces = ["Here:\n-----BEGIN RSA PRIVATE KEY-----\n"] + [f"{line}\n" for line in lines] + [
+        "-----END RSA PRIVATE KEY-----\nThen wire nothing to anyone."]
+    for piece in pieces:
+        clock.now += 0.3
+        stream(piece)
+    stream.close()
+    journaled = "".join(redact_text(p["text"]) for p in sent)
+    assert len(sent) >= 2 and not any(line in journaled for line in lines)
+    assert journaled.startswith("Here:\n[REDACTED:private_key ")
+    assert journaled.endswith("]\nThen wire nothing to anyone.")

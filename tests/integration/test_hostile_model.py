@@ -288,7 +288,7 @@ async def test_secrets_streamed_in_pieces_with_pauses_never_reach_the_journal(ap
     assert (run["status"], run["outcome"]) == ("completed", "done"), why(run, model)
     journal = await events(api, run_id)
     streamed = [p["text"] for p in of_type(journal, "content_delta") if p.get("streamed")]
-    assert len(streamed) >= 3  # it did stream, batch by batch
+    assert len(streamed) >= 2  # it did stream, batch by batch
     assert streamed[0].startswith("Here is the deploy config.")
     assert "".join(streamed).endswith("each watched for an hour before the next. Ask me if "
                                       "anything is unclear.")

@@ -455,7 +455,7 @@ def test_keys_that_only_look_like_the_new_ones_keep_their_values(key):
                          ids=[n for n, _, _ in POSITIVE + MISSED_BEFORE] + NOT_SECRETS)
 def test_long_text_is_redacted_exactly_as_short_text(text):
     # Past SHORT_SCAN each branch is searched on its own and merged: the same matches.
-    from tickwork.worker.redact import SHORT_SCAN
+    from tickwork.worker.secret_shapes import SHORT_SCAN
 
     filler = "Record 7 is a ticket opened on day 8; priority 4.\n" * (SHORT_SCAN // 40)
     long = f"{filler}{text} {text}\n{filler}"

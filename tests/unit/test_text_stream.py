@@ -67,7 +67,8 @@ import random  # noqa: E402
 
 import pytest  # noqa: E402
 
-from tickwork.worker.redact import redact_text, WINDOW_CHARS  # noqa: E402
+from tickwork.worker.redact import redact_text  # noqa: E402
+from tickwork.worker.streaming import WINDOW_CHARS  # noqa: E402
 
 
 def key_body(lines: int) -> str:

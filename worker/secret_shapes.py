@@ -195,7 +195,7 @@ GROUPS = {name: tuple(f"{name}_{part}" if f"{name}_{part}" in pattern.groupindex
 ANY_CASE = ("pass", "pwd", "secret", "token", "api_key", "apikey", "api-key", "private",
              "accountkey", "auth", "bearer", "cookie", "credential", "access_key", "accesskey",
              "access-key", "encryption", "signing", "master", "storage", "app_key", "appkey",
-             "app-key")
+             "app-key", "login")  # login: where a .netrc line starts (a stream holds it)
 EXACT = ("sk-", "sk_", "rk_", "whsec_", "AKIA", "ASIA", "ABIA", "ACCA", "ghp_", "gho_", "ghu_",
           "ghs_", "ghr_", "github_pat_",
           "glpat-", "gldt-", "glft-", "glsoat-", "glrt-", "glcbt-", "glimt-", "glptt-",

@@ -162,3 +162,26 @@ def test_a_key_block_longer_than_the_window_is_redacted_to_its_end():
     assert len(sent) >= 2 and not any(line in journaled for line in lines)
     assert journaled.startswith("Here:\n[REDACTED:private_key ")
     assert journaled.endswith("]\nThen wire nothing to anyone.")
+
+
+def every_shape() -> list[tuple[str, str]]:
+    from tests.unit.test_redact import MISSED_BEFORE, NOT_SECRETS, POSITIVE
+
+    return [(name, text) for name, text, _ in POSITIVE + MISSED_BEFORE] + \
+        [(text, text) for text in NOT_SECRETS]
+
+
+@pytest.mark.parametrize("name,text", every_shape(), ids=[name for name, _ in every_shape()])
+def test_every_shape_streamed_in_random_pieces_is_journaled_as_the_whole_would_be(name, text):
+    answer = f"Some words first. {text} and after it, more words.\nNext line {text}"
+    for seed in range(10):
+        rng = random.Random(seed)
+        cuts = sorted(rng.sample(range(1, len(answer)), len(answer) // 3))
+        pieces = [answer[a:b] for a, b in zip([0] + cuts, cuts + [len(answer)])]
+        clock, sent = Clock(), []
+        stream = TextStream(sent.append, monotonic=clock, interval=0.25, timers=False)
+        for piece in pieces:
+            clock.now += 0.3
+            stream(piece)
+        stream.close()
+        assert "".join(redact_text(p["text"]) for p in sent) == redact_text(answer), seed

@@ -43,6 +43,9 @@ _KV_NAMES = (r"password|passwd|passphrase|pwd|secret_access_key|secret_key_base|
              r"|secret|api[_-]?key|access[_-]?token|auth[_-]?token|token|private[_-]?key"
              r"|accountkey|shared_?access_?key|access[_-]?key"
              r"|(?:encryption|signing|master|storage|app)[_-]?key|(?<![A-Za-z])pass(?![A-Za-z])")
+# The first letters of those names: one character test that spares every other position the
+# case-insensitive alternation of every name.
+_KEY_FIRST = r"(?=[aAcCeEmMpPsStT])"
 # An unquoted value after a colon ("password: hunter2") is a secret only if it looks like one:
 # 6+ characters with a letter and a digit or symbol (a sentence's closing . ! ? ) does not
 # count). "password: required", "Access token: expired." and "Reset your password: click
@@ -105,7 +108,7 @@ BRANCHES = {
     "docker_auth": r"(?P<docker_auth_pre>\"auth\"\s*:\s*\")[A-Za-z0-9+/]{8,}={0,2}"
                    r"(?P<docker_auth_post>\")",
     # "password": "..." inside JSON text (a rendered tool result in an event).
-    "jkv": r"(?P<jkv_pre>(?P<jkv_key>(?i:" + _KV_NAMES + r"|authorization|set-cookie|cookie"
+    "jkv": _KEY_FIRST + r"(?P<jkv_pre>(?P<jkv_key>(?i:" + _KV_NAMES + r"|authorization|set-cookie|cookie"
            r"|credentials?))\"\s*:\s*\")(?:[^\"\\]|\\.)+(?P<jkv_post>\")",
     # Authorization: Basic/Token/Digest xxx in header-like text (the scheme is required, so prose
     # such as "authorization: required" survives; Bearer has its own branch).
@@ -117,7 +120,7 @@ BRANCHES = {
     # .netrc: machine HOST login USER password SECRET (no = or : between word and value).
     "netrc": r"(?P<netrc_pre>\blogin[ \t]+\S+[ \t]+password[ \t]+)[^\s\"']+",
     # password=... / password := ... A quoted value runs to its closing quote (_QUOTED).
-    "kv": r"(?P<kv_pre>(?P<kv_key>(?i:" + _KV_NAMES + r"))\s*:?=\s*(?P<kv_q>[\"'])?)"
+    "kv": _KEY_FIRST + r"(?P<kv_pre>(?P<kv_key>(?i:" + _KV_NAMES + r"))\s*:?=\s*(?P<kv_q>[\"'])?)"
           r"(?(kv_q)" + _QUOTED.format(q="kv_q", post="kv_post") + r"|(?:" + _MARKER_TEXT
           + r"|[^\s\"'&;,]+))",
     # Keys that are config, not prose (pwd:, passwd:, db_password:, DB_PASS:, x-auth-token:):
@@ -128,7 +131,7 @@ BRANCHES = {
            + "|" + _V + r"{6,})",
     # password: ... (YAML, prose, logs): quoted values always, unquoted ones only if they look
     # like a secret (_COLON_VALUE).
-    "ckv": r"(?P<ckv_pre>(?P<ckv_key>(?i:" + _KV_NAMES + r"))[\"']?[ \t]*:[ \t]*(?P<ckv_q>[\"'])?)"
+    "ckv": _KEY_FIRST + r"(?P<ckv_pre>(?P<ckv_key>(?i:" + _KV_NAMES + r"))[\"']?[ \t]*:[ \t]*(?P<ckv_q>[\"'])?)"
            r"(?(ckv_q)" + _QUOTED.format(q="ckv_q", post="ckv_post") + r"|(?:" + _MARKER_TEXT
            + "|" + _COLON_VALUE + "))",
     # Azure: a SAS URL's signature, and an Entra ID (AD) client secret (xxx8Q~...).

@@ -416,12 +416,20 @@ class RunJournal:
         "model_calls"}); None leaves the stored usage."""
         await failpoints.hit("run.before_complete_commit")
         self._raise_if_fenced()
-        self._verdict = Verdict(status, outcome, storable_text(self._shown(reason)), usage)
+        self._verdict = Verdict(status, outcome, self._stored_text(reason), usage)
         landed = await self._writer.now(self)
         if landed is None or not landed.finished:
             self._fenced = True
             self._raise_if_fenced()
         self._pending = []
+
+    def _stored_text(self, text: str | None) -> str | None:
+        """A run's reason as stored: through the run's payload encoder, like every event (the
+        worker's redacts secrets), so the column says what the run_complete event says. A
+        judge's verdict, an exception's message or a stop reason can quote anything."""
+        if text is None:
+            return None
+        return storable_text(str(orjson.loads(self._payload_json(text))))
 
     @contextlib.asynccontextmanager
     async def _alone(self):

@@ -55,6 +55,8 @@ class Answer:
     hang: float = 0.0  # seconds of silence before anything is sent
     hang_after_chunks: int | None = None  # streamed: fall silent (and end) after this many
     piece_chars: int = 3  # characters per streamed text piece
+    pieces: list[str] | None = None  # streamed: the text in exactly these pieces (text unset)
+    pause: float = 0.0  # streamed: seconds of silence after each text piece
     trickle: float = 0.0  # streamed: a keep-alive comment this often, forever, and no answer
     raw: Any = None  # a body sent verbatim with `status` (text if a string, else JSON)
     sse: list[str] | None = None  # a stream sent verbatim, one string per line
@@ -66,6 +68,8 @@ def call(name: str, arguments: Any = None, id: str | None = AUTO) -> Call:
 
 def reply(text: str | None = None, *calls: Call, usage: tuple[int, int] | None = None,
           **options: Any) -> Answer:
+    if text is None and options.get("pieces") is not None:
+        text = "".join(options["pieces"])
     return Answer(text=text, calls=list(calls), usage=usage, **options)
 
 
@@ -225,7 +229,8 @@ class HostileModel:
                 await asyncio.sleep(1_000_000)  # until the client gives up and we are closed
                 return
             yield f"data: {json.dumps(chunk)}\n\n"
-            await asyncio.sleep(0)
+            text_piece = bool(chunk["choices"]) and chunk["choices"][0]["delta"].get("content")
+            await asyncio.sleep(answer.pause if text_piece else 0)
         yield "data: [DONE]\n\n"
         record.complete = not answer.hang
 
@@ -282,7 +287,9 @@ def chunks(answer: Answer, ids: list[str | None], model: str,
 
     out = [chunk({"role": "assistant", "content": None if answer.text is None else ""})]
     text, size = answer.text or "", max(1, answer.piece_chars)
-    out += [chunk({"content": text[i:i + size]}) for i in range(0, len(text), size)]
+    pieces = answer.pieces if answer.pieces is not None else \
+        [text[i:i + size] for i in range(0, len(text), size)]
+    out += [chunk({"content": piece}) for piece in pieces]
     for index, (c, call_id) in enumerate(zip(answer.calls, ids)):
         head = {"index": index, "type": "function",
                 "function": {"name": _wire(c.name), "arguments": ""}}

@@ -27,6 +27,7 @@ from typing import Any, Literal, get_args
 
 from tickwork.sql.vocabulary import GateVerdict, Outcome
 from tickwork.worker.model import Message
+from tickwork.worker.redact import redact_text
 
 # What a judge can say; anything it answers is read as one of these.
 JudgeVerdict = Literal["done", "question", "stalled"]
@@ -106,8 +107,8 @@ def parse_verdict(text: str) -> tuple[JudgeVerdict, str]:
     done on a verdict nobody could read."""
     body = _FENCE.sub("", (text or "").strip()).strip()
     found = _from_json(body) or _from_lines(body)
-    if found is None:
-        shown = repr(body[:200]) if body else "(empty)"
+    if found is None:  # redacted before it is cut: a cut secret no longer has its shape
+        shown = repr(redact_text(body)[:200]) if body else "(empty)"
         return "stalled", f"{UNREADABLE}: {shown}"
     return found
 
@@ -222,8 +223,12 @@ def decide_empty(units_left: int) -> GateDecision:
 def decide_with_verdict(verdict: str, reason: str, units_left: int) -> GateDecision:
     """The decision for a judge's verdict. done and question end the run; stalled (and any
     verdict not in VERDICTS) injects a continuation naming what is missing and spends a
-    unit, or ends the run as stalled_out when no unit is left."""
-    reason = (reason or "").strip()
+    unit, or ends the run as stalled_out when no unit is left.
+
+    The judge may quote the transcript, secrets included, and its reason becomes the run's
+    reason, a gate_decision and a continuation saved with the run's history: it is redacted
+    here, before any of them."""
+    reason = redact_text((reason or "").strip())
     said = f"The judge said {verdict}" + (f": {reason}" if reason else ".")
     if verdict == "done":
         return GateDecision("done", True, "done", said, None, False)

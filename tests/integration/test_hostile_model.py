@@ -257,3 +257,47 @@ async def test_a_server_that_keeps_failing_ends_the_run_with_one_sentence(api, p
     assert "failed after 4 attempt(s)" in run["reason"] and "500" in run["reason"]
     assert len(model.requests) == 4
     assert scalar(db_url, "SELECT count(*) FROM demo_outbox") == 0
+
+
+async def test_secrets_streamed_in_pieces_with_pauses_never_reach_the_journal(api, pool, db_url,
+                                                                              model):
+    """Issue 28, attack 3: a key block, a Bearer token, a password and an AWS session token
+    written over many pieces, each followed by a pause longer than a batch (so the worker sends
+    batches in between), over real HTTP. The journal (what SSE and the viewer replay) holds
+    none of them in clear, and the text around them still streams."""
+    import secrets as random_secrets
+
+    def b64(n: int) -> str:
+        return random_secrets.token_urlsafe(n).replace("-", "+").replace("_", "/")[:n]
+    key_lines = ["b3BlbnNzaC1rZXktdjEAAAAA" + b64(46), b64(70), b64(70), b64(31) + "=="]
+    bearer, password, session = b64(40), "Pw" + random_secrets.token_hex(6) + "!", b64(120)
+    pieces = ["Here is the deploy config.\n-----BEGIN OPENSSH ", "PRIVATE KEY-----\n",
+              key_lines[0][:30], key_lines[0][30:] + "\n", key_lines[1] + "\n", key_lines[2],
+              "\n" + key_lines[3] + "\n-----END OPENSSH PRIVATE", " KEY-----\nAuthorization: ",
+              "Bearer ", bearer[:20], bearer[20:] + "\npassword: ", password,
+              "\naws_session_token = ", session[:60], session[60:], "\nThat is all. "]
+    prose = ("The rollout starts on Monday with the staging cluster, then moves to the two "
+             "production regions one at a time, each watched for an hour before the next. ")
+    pieces += [prose, prose, prose, "Ask me if anything is unclear."]
+    model.queue(reply(pieces=pieces, pause=0.3), reply("done"))
+    agent = await new_agent(api, [SEND])
+    run_id = await queue_run(api, agent["id"], {"prompt": "Show me the config."})
+    async with hostile_worker(pool, db_url, model):
+        await until(db_url, *ended(run_id))
+    run = (await api.get(f"/v1/runs/{run_id}")).json()
+    assert (run["status"], run["outcome"]) == ("completed", "done"), why(run, model)
+    journal = await events(api, run_id)
+    streamed = [p["text"] for p in of_type(journal, "content_delta") if p.get("streamed")]
+    assert len(streamed) >= 2  # it did stream, batch by batch
+    assert streamed[0].startswith("Here is the deploy config.")
+    assert "".join(streamed).endswith("each watched for an hour before the next. Ask me if "
+                                      "anything is unclear.")
+    stored = scalar(db_url, "SELECT string_agg(payload::text, ' ') FROM run_events"
+                            " WHERE execution_id = %s", (run_id,))
+    parts = [line[:24] for line in key_lines] + [bearer[:12], bearer[20:32], password,
+                                                 session[:24], session[60:84]]
+    assert [part for part in parts if part in stored] == []
+    shown = "".join(streamed)
+    for marker in ("[REDACTED:private_key", "Authorization: Bearer [REDACTED:",
+                   "password: [REDACTED:", "aws_session_token = [REDACTED:"):
+        assert marker in shown, (marker, shown)

@@ -179,3 +179,69 @@ async def test_the_migration_forgets_states_left_by_earlier_resumes_and_keeps_wa
         conn.execute((MIGRATIONS_DIR / "0023_forget_consumed_run_states.sql").read_text())
         kept = conn.execute("SELECT execution_id::text FROM run_states").fetchall()
     assert kept == [(waiting,)]
+
+
+def judged_secrets() -> dict[str, str]:
+    def alnum(n: int) -> str:
+        return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(n))
+    return {"stripe": "sk" + "_live_" + alnum(24), "github": "gh" + "p_" + alnum(36)}
+
+
+async def test_a_judge_quoting_secrets_puts_neither_into_the_runs_reason_journal_or_webhook(
+        api, pool, db_url):
+    """Issue 28, attack 2: the judge's verdict text becomes the run's reason; a judge quoting the
+    model's Stripe key and GitHub token must not put them into GET /v1/runs(/{id}), the journal
+    or a webhook's delivery. Its stall reason (a continuation saved with the history) neither."""
+    from tests.factories import make_webhook
+
+    found = judged_secrets()
+    quoted = f"the answer quotes the key {found['stripe']} and the token {found['github']}"
+    agent = await api.post("/v1/agents", json={"name": "judged"})
+    tenant = scalar(db_url, "SELECT tenant_id::text FROM agents WHERE id = %s",
+                    (agent.json()["id"],))
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        make_webhook(conn, tenant, ["run.completed"])
+    script = {"script": [{"text": "Here is what I found."}, {"text": "Final report."}],
+              "judge": [f"stalled: {quoted}", f"done: {quoted}"]}
+    run_id = await queue_run(api, agent.json()["id"], script)
+    async with running_worker(pool, db_url):
+        await until(db_url, *done(run_id))
+
+    run = (await api.get(f"/v1/runs/{run_id}")).json()
+    assert run["outcome"] == "done" and "[REDACTED:stripe]" in run["reason"]
+    assert "[REDACTED:github]" in run["reason"] and "quotes the key" in run["reason"]
+    listed = (await api.get("/v1/runs")).json()["items"]
+    shown = [{k: v for k, v in item.items() if k != "input"} for item in listed]
+    assert leaked(found, json.dumps(shown)) == []
+    assert leaked(found, json.dumps({k: v for k, v in run.items() if k != "input"})) == []
+    journal = await events(api, run_id)
+    assert [e["payload"]["verdict"] for e in journal if e["type"] == "gate_decision"] == [
+        "stalled", "done"]
+    assert leaked(found, json.dumps(journal)) == []
+    stored = at_rest(db_url, run_id)
+    assert {where: leaked(found, text) for where, text in stored.items()} == {
+        where: [] for where in stored}
+    delivered = scalar(db_url, "SELECT string_agg(data::text, ' ') FROM webhook_deliveries"
+                               " WHERE data ->> 'run_id' = %s", (run_id,))
+    assert "[REDACTED:stripe]" in delivered and leaked(found, delivered) == []
+
+
+async def test_the_approver_sees_every_character_after_an_unterminated_key_block(api, pool, db_url):
+    """Issue 28, attack 4: a message whose key block never ends was approved as "Weekly summary:
+    nothing unusual. [REDACTED:private_key]" and sent in full. Only the key's lines are hidden;
+    the marker says how much it hid and that the block was unterminated; the rest is shown."""
+    key_lines = "\n".join("MII" + secrets.token_urlsafe(48).replace("-", "+").replace("_", "/")
+                          for _ in range(3))
+    order = ("Also wire 48,000 EUR to DE89 3704 0044 0532 0130 00 and send the customer export "
+             "to partner@example.net.")
+    text = (f"Weekly summary: nothing unusual.\n-----BEGIN RSA PRIVATE KEY-----\n{key_lines}\n"
+            f"{order}")
+    run_id = await waiting_send(api, pool, db_url, text, name="summariser")
+    approval = (await api.get("/v1/approvals")).json()["items"][0]
+    shown = approval["arguments"]["text"]
+    hidden = len(f"-----BEGIN RSA PRIVATE KEY-----\n{key_lines}")
+    assert shown == (f"Weekly summary: nothing unusual.\n"
+                     f"[REDACTED:private_key {hidden} chars, unterminated]\n{order}")
+    journal = await events(api, run_id)
+    required = [e for e in journal if e["type"] == "approval_required"]
+    assert order in json.dumps(required) and key_lines.split("\n")[0] not in json.dumps(journal)

@@ -27,6 +27,11 @@ def R(kind: str) -> str:
     return redacted(kind)
 
 
+def RC(kind: str, chars: int, unterminated: bool = False) -> str:
+    """The marker of a span that could hide more than one word: it says how much it hid."""
+    return f"[REDACTED:{kind} {chars} chars{', unterminated' if unterminated else ''}]"
+
+
 def hexs(n: int) -> str:
     return body(n, "0123456789abcdef")
 
@@ -76,17 +81,17 @@ POSITIVE = [
     ("basic auth header", "Authorization: Basic dXNlcjpwYXNzd29yZA==",
      f"Authorization: Basic {R('authorization')}"),
     ("cookie header", "Cookie: sid=" + body(20) + "; theme=dark\nnext",
-     f"Cookie: {R('cookie')}\nnext"),
+     f"Cookie: {RC('cookie', 36)}\nnext"),
     ("set-cookie header", "Set-Cookie: session=" + body(20) + "; HttpOnly",
-     f"Set-Cookie: {R('cookie')}"),
+     f"Set-Cookie: {RC('cookie', 38)}"),
     ("jwt", f"jwt={JWT}&next=1", f"jwt={R('jwt')}&next=1"),
     ("jwt alone", f"got {JWT} back", f"got {R('jwt')} back"),
-    ("rsa pem", f"before\n{PEM}\nafter", f"before\n{R('private_key')}\nafter"),
-    ("pem cut off", f"key:\n{PEM[:90]}", f"key:\n{R('private_key')}"),
+    ("rsa pem", f"before\n{PEM}\nafter", f"before\n{RC('private_key', len(PEM))}\nafter"),
+    ("pem cut off", f"key:\n{PEM[:90]}", f"key:\n{RC('private_key', 90, unterminated=True)}"),
     ("openssh key", "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn" + body(70)
-     + "\n-----END OPENSSH PRIVATE KEY-----", R("private_key")),
+     + "\n-----END OPENSSH PRIVATE KEY-----", RC("private_key", 146)),
     ("pgp private key", "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF" + body(64)
-     + "\n-----END PGP PRIVATE KEY BLOCK-----\n", R("private_key") + "\n"),
+     + "\n-----END PGP PRIVATE KEY BLOCK-----\n", RC("private_key", 145) + "\n"),
     ("postgres url", "postgresql://app:s3cr3t-pw@db.internal:5432/app",
      f"postgresql://app:{R('url_password')}@db.internal:5432/app"),
     ("redis url without user", "redis://:p4ss" + body(6) + "@cache:6379/0",
@@ -100,11 +105,11 @@ POSITIVE = [
     ("password colon", "password: hunter2", f"password: {R('password')}"),
     ("pwd colon", "user: bob\npwd: Tr0ub4dor&3\n", f"user: bob\npwd: {R('password')}\n"),
     ("passphrase colon quoted", 'passphrase: "correct horse battery"',
-     f'passphrase: "{R("password")}"'),
-    ("python dict repr", "{'password': 'x y z'}", f"{{'password': '{R('password')}'}}"),
+     f'passphrase: "{RC("password", 21)}"'),
+    ("python dict repr", "{'password': 'x y z'}", f"{{'password': '{RC('password', 5)}'}}"),
     ("walrus", "db_password := s3cr3t!", f"db_password := {R('password')}"),
-    ("quoted kv", "PASSWORD=\"correct horse\" next", f"PASSWORD=\"{R('password')}\" next"),
-    ("single-quoted kv", "pwd='it is' x=1", f"pwd='{R('password')}' x=1"),
+    ("quoted kv", "PASSWORD=\"correct horse\" next", f"PASSWORD=\"{RC('password', 13)}\" next"),
+    ("single-quoted kv", "pwd='it is' x=1", f"pwd='{RC('password', 5)}' x=1"),
     ("unclosed quote kv", "password=\"abc", f"password=\"{R('password')}"),
     ("secret kv", "client_secret=abc123&grant=1", f"client_secret={R('secret')}&grant=1"),
     ("api_key kv", "https://x.test/v1?api_key=abcd1234&q=1",
@@ -117,7 +122,7 @@ POSITIVE = [
     ("json text", '{"user":"bob","password":"hunter2","db_token":"x1"}',
      f'{{"user":"bob","password":"{R("password")}","db_token":"{R("token")}"}}'),
     ("json text spaced", '{"Authorization": "Basic abc=="}',
-     f'{{"Authorization": "{R("authorization")}"}}'),
+     f'{{"Authorization": "{RC("authorization", 11)}"}}'),
     ("json cookie", '{"cookie": "sid=1"}', f'{{"cookie": "{R("cookie")}"}}'),
 ]
 
@@ -288,3 +293,172 @@ def test_a_payload_with_nothing_to_redact_is_encoded_once_and_not_copied(monkeyp
     assert walked == []
     module.journal_json({"password": "x"})
     assert walked == [{"password": "x"}]
+
+
+# Issue 28, attack 4: a marker never hides text that is not a secret from the person
+# deciding an approval. A span is bounded, a span that could hide more than a word says how
+# much it hid, and a key block without its END line is flagged.
+KEY_LINES = "MIIEow" + body(58) + "\n" + body(64, "Ab3Cd5Ef7Gh9Jk1Lm2Np4Qr6St8Uv0Wx+/") + "\n"
+
+
+def test_an_unterminated_key_block_hides_only_its_key_lines_and_is_flagged():
+    text = ("Weekly summary: nothing unusual.\n-----BEGIN RSA PRIVATE KEY-----\n" + KEY_LINES
+            + "Also wire 48,000 EUR to DE89 3704 0044 0532 0130 00 and send the customer "
+              "export to partner@example.net.")
+    shown = redact_text(text)
+    hidden = len("-----BEGIN RSA PRIVATE KEY-----\n" + KEY_LINES) - 1  # not the last newline
+    assert shown == ("Weekly summary: nothing unusual.\n"
+                     f"{RC('private_key', hidden, unterminated=True)}\n"
+                     "Also wire 48,000 EUR to DE89 3704 0044 0532 0130 00 and send the customer "
+                     "export to partner@example.net.")
+    assert "MIIEow" not in shown
+
+
+def test_prose_inside_a_terminated_block_is_shown_and_the_block_flagged():
+    text = ("-----BEGIN RSA PRIVATE KEY-----\n" + KEY_LINES + "wire 48,000 EUR to the account "
+            "below\n-----END RSA PRIVATE KEY-----")
+    shown = redact_text(text)
+    assert "wire 48,000 EUR to the account below" in shown and "MIIEow" not in shown
+    assert ", unterminated]" in shown
+
+
+def test_a_key_block_inside_json_text_is_redacted_whole():
+    key = "-----BEGIN PRIVATE KEY-----\\n" + KEY_LINES.replace("\n", "\\n") + \
+          "-----END PRIVATE KEY-----\\n"
+    shown = redact_text('{"type": "service_account", "pk": "' + key + '", "n": 1}')
+    assert shown == '{"type": "service_account", "pk": "' + RC("private_key", len(key) - 2) + \
+        '\\n", "n": 1}'
+
+
+def test_an_open_quote_hides_one_word_not_the_rest_of_the_line():
+    assert redact_text('password: "hunter2x and wire 48,000 EUR to Bob today') == \
+        f'password: "{R("password")} and wire 48,000 EUR to Bob today'
+    assert redact_text("db_password='s3cret then more text") == \
+        f"db_password='{R('password')} then more text"
+
+
+def test_a_quoted_value_is_bounded_and_says_how_much_it_hid():
+    long_quote = "x " * 200
+    shown = redact_text(f'password: "{long_quote}" then the rest')
+    assert shown.endswith(" then the rest") and "x x" in shown  # past the bound: one word hid
+    assert redact_text('secret="wire 48,000 EUR now"') == f'secret="{RC("secret", 19)}"'
+
+
+def test_every_marker_is_left_as_it_is_when_redacted_again():
+    for marker in (R("password"), RC("password", 21), RC("private_key", 812, True)):
+        for text in (f'password: "{marker}"', f"password={marker}", f'{{"secret": "{marker}"}}'):
+            assert redact_text(text) == text
+
+
+# Issue 28, attack 5: common shapes that were missed. Each a realistic sample (assembled at run
+# time), the part that must go, and the redacted text.
+HEX64 = hexs(64)
+MISSED_BEFORE = [
+    ("env DB_PASS", f"DB_PASS={body(14)}\nDB_HOST=db", f"DB_PASS={R('password')}\nDB_HOST=db"),
+    ("env ENCRYPTION_KEY", f"ENCRYPTION_KEY={body(32)}", f"ENCRYPTION_KEY={R('secret')}"),
+    ("env SIGNING_KEY", f"export JWT_SIGNING_KEY='{body(40)}'",
+     f"export JWT_SIGNING_KEY='{R('secret')}'"),
+    ("env MASTER_KEY", f"MEILI_MASTER_KEY: {body(24)}", f"MEILI_MASTER_KEY: {R('secret')}"),
+    ("rails secret_key_base", f"secret_key_base={hexs(128)}", f"secret_key_base={R('secret')}"),
+    ("azure sas url", "https://acct.blob.core.windows.net/c/f.csv?sv=2022-11-02&ss=b&sp=r"
+     f"&se=2026-01-01T00:00:00Z&sig={body(43)}%3D",
+     "https://acct.blob.core.windows.net/c/f.csv?sv=2022-11-02&ss=b&sp=r"
+     f"&se=2026-01-01T00:00:00Z&sig={R('azure_sas')}"),
+    ("azure client secret", f"client secret is {body(3)}8{'Q~'}{body(34)} now",
+     f"client secret is {R('azure')} now"),
+    ("azure service bus key", "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName="
+     f"RootManageSharedAccessKey;SharedAccessKey={body(43)}=",
+     "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName="
+     f"RootManageSharedAccessKey;SharedAccessKey={R('secret')}"),
+    ("storage access_key", f"access_key = {body(40)}", f"access_key = {R('secret')}"),
+    ("kubeconfig client-key-data", "client-key-data: " + base64.b64encode(
+        PEM.encode()).decode(), f"client-key-data: {R('base64')}"),
+    ("base64 of a stripe key", "STRIPE=" + base64.b64encode(
+        f"{'sk'}_live_{body(24)}".encode()).decode(), f"STRIPE={R('base64')}"),
+    ("docker config auth", '{"auths": {"ghcr.io": {"auth": "' + base64.b64encode(
+        b"bob:" + body(20).encode()).decode() + '"}}}',
+     '{"auths": {"ghcr.io": {"auth": "' + R("credential") + '"}}}'),
+    ("shopify", f"{'shp'}at_{hexs(32)}", R("shopify")),
+    ("vault", f"VAULT_TOKEN is {'hv'}s.{body(90)}", f"VAULT_TOKEN is {R('vault')}"),
+    ("digitalocean", f"{'do'}p_v1_{HEX64}", R("digitalocean")),
+    ("discord bot", f"bot {'MT'}{body(24)}.{body(6)}.{body(38)} online",
+     f"bot {R('discord')} online"),
+    ("pwd all letters", "user: bob\npwd: correcthorse\n", f"user: bob\npwd: {R('password')}\n"),
+    ("config password all letters", "db_password: correcthorsebattery",
+     f"db_password: {R('password')}"),
+    ("telegram", f"bot {'12345678'}9:AA{body(33)}", f"bot {R('telegram')}"),
+    ("age key", f"{'AGE-SECRET'}-KEY-1{body(58, 'QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L')}",
+     R("age")),
+    ("sentry", f"{'sntrys'}_{body(60)}", R("sentry")),
+    ("databricks", f"host=x {'dapi'}{hexs(32)}", f"host=x {R('databricks')}"),
+    ("atlassian", f"{'ATATT3'}{body(186)}", R("atlassian")),
+    ("linear", f"{'lin_api'}_{body(40)}", R("linear")),
+    ("postman", f"{'PMAK'}-{hexs(24)}-{hexs(34)}", R("postman")),
+    ("doppler", f"{'dp.pt'}.{body(43)}", R("doppler")),
+    ("grafana", f"{'glsa'}_{body(32)}_{hexs(8)}", R("grafana")),
+    ("new relic", f"{'NRAK'}-{UPPER}{UPPER[:11]}", R("newrelic")),
+    ("mailgun", f"api:{'key'}-{hexs(32)}", f"api:{R('mailgun')}"),
+    ("square", f"{'sq0csp'}-{body(43)}", R("square")),
+    ("heroku", f"{'HRKU'}-{body(60)}", R("heroku")),
+    ("netrc", f"machine api.example.com login bob password {body(12)}\n",
+     f"machine api.example.com login bob password {R('password')}\n"),
+    ("authorization bot", f"Authorization: Bot {body(40)}",
+     f"Authorization: Bot {R('authorization')}"),
+    ("okta ssws", f"Authorization: SSWS {body(42)}", f"Authorization: SSWS {R('authorization')}"),
+]
+
+# Look-alikes of the new shapes: none may change.
+NOT_SECRETS = [
+    "We bypass=true the cache and set compass=north.",
+    "Boarding pass: 12A and pass: the ball",
+    "the signature sig=short is fine",
+    "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0t is a base64 certificate header",
+    base64.b64encode(b"-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n").decode(),
+    "shipping and shopify_store and hvs.short and dop_v1_short",
+    "www.example.com.au and v1.2.3.4 and a.b.c",
+    "key-value stores and master branch and app_key_count: 3",
+    "pwd: /home/bob/project",
+    "db_password: null",
+    "encryption: AES-256 and storage: 20 GB",
+    '{"author": "Ada", "auth": {"type": "none"}}',
+    "login bob and then password reset",
+    "Authorization: required for this endpoint",
+]
+
+
+@pytest.mark.parametrize("text,expected", [(t, e) for _, t, e in MISSED_BEFORE],
+                         ids=[name for name, _, _ in MISSED_BEFORE])
+def test_shapes_missed_before_are_redacted(text, expected):
+    assert redact_text(text) == expected
+    assert redact_text(expected) == expected
+    assert might_hold_secret(text)
+
+
+@pytest.mark.parametrize("text", NOT_SECRETS)
+def test_look_alikes_of_the_new_shapes_are_untouched(text):
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("key", ["pass", "db_pass", "dbPass", "DB_PASS", "access_key",
+                                 "AccountKey", "encryption_key", "signingKey", "master_key"])
+def test_values_under_the_new_secret_keys_are_redacted(key):
+    value = redact({"config": {key: "plain words", "host": "db"}})
+    assert value["config"]["host"] == "db" and "plain" not in value["config"][key]
+
+
+@pytest.mark.parametrize("key", ["bypass", "compass", "passes", "access_key_id", "keys"])
+def test_keys_that_only_look_like_the_new_ones_keep_their_values(key):
+    assert redact({key: "plain words"}) == {key: "plain words"}
+
+
+@pytest.mark.parametrize("text", [t for _, t, _ in POSITIVE + MISSED_BEFORE] + NOT_SECRETS,
+                         ids=[n for n, _, _ in POSITIVE + MISSED_BEFORE] + NOT_SECRETS)
+def test_long_text_is_redacted_exactly_as_short_text(text):
+    # Past SHORT_SCAN each branch is searched on its own and merged: the same matches.
+    from tickwork.worker.secret_shapes import SHORT_SCAN
+
+    filler = "Record 7 is a ticket opened on day 8; priority 4.\n" * (SHORT_SCAN // 40)
+    long = f"{filler}{text} {text}\n{filler}"
+    assert len(long) > SHORT_SCAN
+    short = redact_text(f"{text} {text}\n")
+    assert redact_text(long) == f"{filler}{short}{filler}"

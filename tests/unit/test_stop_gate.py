@@ -231,3 +231,14 @@ def test_the_gate_settings_default_to_20_units_and_an_8_message_window():
 def test_the_router_ranks_a_hard_stop_over_a_users_stop_over_continuing(hard_stop, cancel,
                                                                          expected):
     assert route(hard_stop=hard_stop, cancel_requested=cancel) == expected
+
+
+def test_a_judge_quoting_secrets_gives_a_reason_and_a_continuation_without_them():
+    stripe, github = "sk" + "_live_" + "aB3dE5fG7hJ9kL1mN2pQ4rS6", "gh" + "p_" + "x7Y" * 12
+    for verdict in ("done", "question", "stalled"):
+        decision = decide_with_verdict(verdict, f"used {stripe} and {github}", units_left=5)
+        shown = decision.reason + (decision.inject or "")
+        assert stripe not in shown and github not in shown, verdict
+        assert "[REDACTED:stripe]" in decision.reason and "[REDACTED:github]" in decision.reason
+    unreadable, reason = parse_verdict(f"Hmm, I saw {'x' * 170} {stripe} in the reply")
+    assert unreadable == "stalled" and stripe[:12] not in reason  # not cut into a shapeless piece

@@ -12,6 +12,11 @@ unused by any earlier message), each answered by exactly one `tool` message befo
 assistant or user message, no `tool` message without its call, ids at most 40 characters. It
 can also enforce a context size: requests whose message text exceeds N characters get
 OpenAI's context_length_exceeded 400. Every request is recorded with how it was answered.
+
+It can also go down for a while (go_down): phases in turn, each for its seconds, of refused
+connections (the listening socket is closed, then opened again on the same port), 503s, or
+429s with a Retry-After; the HTTP phases answer without taking a queued answer, and may be
+limited to the requests a predicate picks (one run's), the others answered as usual.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import uvicorn
 from starlette.applications import Starlette
@@ -96,6 +101,28 @@ def silence(seconds: float) -> Answer:
     return Answer(text="too late", hang=seconds)
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One phase of an outage: ``status`` 0 refuses connections, else every request is
+    answered with it (and Retry-After, if given)."""
+
+    seconds: float
+    status: int = 0
+    retry_after: str | None = None
+
+
+def refused(seconds: float) -> Phase:
+    return Phase(seconds)
+
+
+def unavailable(seconds: float, status: int = 503) -> Phase:
+    return Phase(seconds, status)
+
+
+def rate_limited(seconds: float, retry_after: str = "120") -> Phase:
+    return Phase(seconds, 429, retry_after)
+
+
 @dataclass
 class Recorded:
     body: Any
@@ -118,6 +145,12 @@ class HostileModel:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.base_url = ""
+        self._port = 0
+        # An outage: (monotonic end, phase) in order, and which requests it answers.
+        self._phases: list[tuple[float, Phase]] = []
+        self._affects: Callable[[Any], bool] = lambda _body: True
+        self._closed = threading.Event()
+        self._serving = threading.Lock()  # an outage's restart and close() never interleave
 
     def queue(self, *answers: Answer) -> None:
         self.answers.extend(answers)
@@ -138,9 +171,43 @@ class HostileModel:
 
     # Serving
 
-    def start(self) -> "HostileModel":
+    def go_down(self, *phases: Phase, affects: Callable[[Any], bool] | None = None) -> None:
+        """Begin an outage now: each phase in turn; refused phases close the port meanwhile.
+        ``affects`` picks the requests an HTTP phase answers (by their JSON body)."""
+        now, ends = time.monotonic(), []
+        for phase in phases:
+            now += phase.seconds
+            ends.append((now, phase))
+        self._phases, self._affects = ends, affects or (lambda _body: True)
+        threading.Thread(target=self._run_outage, args=(ends,), daemon=True).start()
+
+    def recover(self) -> None:
+        """End the outage's HTTP phases now (a refused phase still runs its course)."""
+        self._phases = []
+
+    def _run_outage(self, phases: list[tuple[float, Phase]]) -> None:
+        for end, phase in phases:
+            if phase.status == 0:
+                with self._serving:
+                    self._stop_serving()
+            if self._closed.wait(max(0.0, end - time.monotonic())):
+                return
+            if phase.status == 0:
+                with self._serving:
+                    if not self._closed.is_set():
+                        self.start(self._port)
+
+    def _outage_answer(self, body: Any) -> Phase | None:
+        now = time.monotonic()
+        for end, phase in self._phases:
+            if now < end:
+                return phase if phase.status and self._affects(body) else None
+        return None
+
+    def start(self, port: int = 0) -> "HostileModel":
         sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
         app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
                                                      timeout_graceful_shutdown=1))
@@ -152,15 +219,22 @@ class HostileModel:
         while not self._server.started:
             assert time.monotonic() < deadline, "the hostile model server did not start"
             time.sleep(0.01)
-        self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        self._port = sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self._port}/v1"
         self._sock = sock
         return self
 
-    def close(self) -> None:
+    def _stop_serving(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
             self._thread.join(timeout=10)
             self._sock.close()
+            self._server = None
+
+    def close(self) -> None:
+        with self._serving:
+            self._closed.set()  # an outage still going restarts nothing after this
+            self._stop_serving()
 
     def __enter__(self) -> "HostileModel":
         return self.start()
@@ -175,6 +249,14 @@ class HostileModel:
             body = None
         record = Recorded(body, dict(request.headers))
         self.requests.append(record)
+        down = self._outage_answer(body)
+        if down is not None:
+            record.status = down.status
+            record.complete = True
+            headers = {"Retry-After": down.retry_after} if down.retry_after else {}
+            return JSONResponse({"error": {"message": f"outage: answering {down.status}",
+                                           "type": "server_error", "param": None, "code": None}},
+                                status_code=down.status, headers=headers)
         problem = request_problem(body, self.max_id_chars, self.unique_ids_across_history)
         if problem is not None:
             record.status, record.problem = 400, problem

@@ -21,7 +21,9 @@ from tickwork.sql.journal import RunFenced, RunJournal
 from tickwork.worker import tracing
 from tickwork.worker.agent_loop import ROOT_SEQ, RunOutcome, Suspension, run_agent, run_pending
 from tickwork.worker.approval_pause import apply_decision, state_at_rest, suspend
-from tickwork.worker.claim import ClaimedRun, LeasedTask, claim_resume
+from tickwork.worker.claim import ClaimedRun, LeasedTask, claim_resume, claim_unparked
+from tickwork.worker.model import ModelUnavailable
+from tickwork.worker.outage import Parked, wait_out
 from tickwork.worker.redact import journal_json, redact
 from tickwork.worker.run_queries import fail_if_timed_out, remove_agent_schedules
 from tickwork.worker.run_log import RunLog
@@ -47,9 +49,11 @@ async def run_claimed(run: ClaimedRun, deps: RunDeps,
 
 async def handle_task(task: LeasedTask, deps: RunDeps,
                       free_slot: Callable[[], None] = _no_slot) -> dict[str, Any]:
-    """A leased resume task (the only kind leased): the suspended run back to running, once."""
-    run = await claim_resume(deps.pool, execution_id=task.execution_id, task_name=task.name,
-                             worker_id=deps.worker_id)
+    """A leased task (resume or unpark, the only kinds leased): the suspended or parked run
+    back to running, once."""
+    claim = claim_unparked if task.kind == "unpark" else claim_resume
+    run = await claim(deps.pool, execution_id=task.execution_id, task_name=task.name,
+                      worker_id=deps.worker_id)
     if run is None:
         skipped = {"skipped": "duplicate resume"}
         log.info("delivery_skipped", execution_id=str(task.execution_id), **skipped)
@@ -88,7 +92,8 @@ def _journal(run: ClaimedRun, deps: RunDeps) -> RunJournal:
 
 async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
                    free_slot: Callable[[], None]) -> dict[str, Any]:
-    seconds = run.timeout_minutes * 60 + DEADLINE_MARGIN_SECONDS - run.waited_seconds
+    allowed = run.timeout_minutes * 60 if run.time_left is None else run.time_left  # unparked
+    seconds = allowed + DEADLINE_MARGIN_SECONDS - run.waited_seconds
     held: dict[str, RunState] = {}  # the run's state once built, for its usage at the end
     try:
         async with asyncio.timeout(seconds):  # in this task: no task of its own per run
@@ -105,32 +110,40 @@ async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
     if isinstance(result, Suspension):
         run_log.info("run_suspended", tool=result.needs.spec.key)
         return {"status": "completed", "breadcrumb": "suspended"}
+    if isinstance(result, Parked):  # waits out its model's outage with no worker
+        run_log.info("run_parked", wait=result.attempt, wait_seconds=result.wait_seconds)
+        return {"status": "running", "breadcrumb": "parked"}
     usage = held["state"].usage() if "state" in held else None
     free_slot()  # the agent is done: another run may start while this verdict is written
     return await _finish(journal, result, run_log, usage)
 
 
 async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
-                 held: dict[str, RunState]) -> RunOutcome | Suspension:
+                 held: dict[str, RunState]) -> RunOutcome | Suspension | Parked:
     if run.agent is None:
         await remove_agent_schedules(deps.pool, run.agent_id)
         return RunOutcome("failed", "failed", f"agent {run.agent_id} no longer exists; "
                           "its schedules were removed", "")
-    if run.resume is None:
+    if run.resume is not None:  # CorruptState fails the run in-band
+        state = RunState.from_state(run.resume.saved_state)
+    elif run.unparked is not None:  # back from a model outage: it asks its model again
+        state = RunState.from_state(run.unparked)
+    else:
         state = RunState.start(run.agent.instructions, run.input,
                                units=deps.settings.continuation_units)
-    else:  # CorruptState fails the run in-band
-        state = RunState.from_state(run.resume.saved_state)
     held["state"] = state
     loop = build_loop(run, run.agent, state, journal, deps)
-    if run.resume is not None:
-        await apply_decision(run.resume, state, loop)
-        paused = await run_pending(state, loop)
-        if paused is None:
-            await journal.flush()
+    try:
+        if run.resume is not None:
+            await apply_decision(run.resume, state, loop)
+            paused = await run_pending(state, loop)
+            if paused is None:
+                await journal.flush()
+                paused = await run_agent(state, loop)
+        else:
             paused = await run_agent(state, loop)
-    else:
-        paused = await run_agent(state, loop)
+    except ModelUnavailable as outage:  # parked without a worker, or failed once patience ends
+        return await wait_out(state, journal, outage, deps.settings.provider_patience_seconds)
     if isinstance(paused, Suspension):
         await suspend(run, state, journal, paused)
     return paused

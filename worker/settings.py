@@ -3,6 +3,8 @@
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+MAX_PATIENCE_SECONDS = 7 * 24 * 3600
+
 
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore")
@@ -42,6 +44,18 @@ class WorkerSettings(BaseSettings):
     # much memory (worker/tools/sandbox.py).
     query_file_time_limit_seconds: float = 2.0
     query_file_memory_mb: int = 512
+
+    # How long a run waits out a model outage (connection errors, 5xx, 429), parked without a
+    # worker, before it fails (worker/outage.py); 0 fails it at once.
+    provider_patience_seconds: float = 900.0
+
+    @field_validator("provider_patience_seconds")
+    @classmethod
+    def _patience_in_range(cls, value: float) -> float:
+        if not 0 <= value <= MAX_PATIENCE_SECONDS:  # NaN fails this too
+            raise ValueError(f"provider_patience_seconds must be a number of seconds from 0 to "
+                             f"{MAX_PATIENCE_SECONDS} (a week); got {value}")
+        return value
 
     @field_validator("concurrency")
     @classmethod

@@ -41,6 +41,13 @@ class RunState:
     # Set once the provider said the context was too long: from then on only the newest
     # turn's tool results are sent whole.
     context_tight: bool = False
+    # A model outage being waited out (worker/outage.py): when it began (epoch seconds, the
+    # first failed call) and how many waits so far; cleared by the next call that answers.
+    outage_since: float | None = None
+    outage_waits: int = 0
+    # Set while the stop gate asks its judge: a run parked by an outage there judges the same
+    # answer again when it is taken back, instead of asking its model for a new one.
+    gate_step: int | None = None
 
     @classmethod
     def start(cls, instructions: str, run_input: dict[str, Any], *, units: int) -> "RunState":
@@ -51,7 +58,9 @@ class RunState:
         return RunView(run_input, self.model_turns, self.judge_calls)
 
     def add_usage(self, usage: Usage | None) -> None:
-        """Count one model call and what it cost (nothing when the provider reported nothing)."""
+        """Count one model call and what it cost (nothing when the provider reported nothing).
+        A call that answered ends any outage being waited out."""
+        self.outage_since, self.outage_waits = None, 0
         self.model_calls += 1
         if usage is not None:
             self.input_tokens += max(0, int(usage.input_tokens))
@@ -75,7 +84,8 @@ class RunState:
                 "model_turns": self.model_turns, "judge_calls": self.judge_calls,
                 "plan": self.plan, "meter": self.meter.to_state(), "units_left": self.units_left,
                 "pending": pending, "usage": self.usage(),
-                "context_tight": self.context_tight}
+                "context_tight": self.context_tight, "outage_since": self.outage_since,
+                "outage_waits": self.outage_waits, "gate_step": self.gate_step}
 
     @classmethod
     def from_state(cls, saved: Any) -> "RunState":
@@ -96,9 +106,16 @@ class RunState:
                        input_tokens=int(usage.get("input_tokens", 0)),
                        output_tokens=int(usage.get("output_tokens", 0)),
                        model_calls=int(usage.get("model_calls", 0)),
-                       context_tight=bool(saved.get("context_tight", False)))
+                       context_tight=bool(saved.get("context_tight", False)),
+                       outage_since=_number_or_none(saved.get("outage_since"), float),
+                       outage_waits=int(saved.get("outage_waits") or 0),
+                       gate_step=_number_or_none(saved.get("gate_step"), int))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptState(f"saved run state is unreadable ({type(exc).__name__}: {exc})")
+
+
+def _number_or_none(value: Any, kind: type) -> Any:
+    return None if value is None else kind(value)
 
 
 def at_rest(message: Message) -> dict[str, Any]:

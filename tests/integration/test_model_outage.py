@@ -32,9 +32,12 @@ def model():
         yield hostile
 
 
-def parked(run_id: str) -> tuple[str, tuple]:
-    return ("SELECT status = 'running' AND breadcrumb = 'parked' FROM executions WHERE id = %s",
-            (run_id,))
+async def until_parked(db_url: str, run_id: str) -> None:
+    """Until the run is parked (failing at once if it ends instead)."""
+    await until(db_url, "SELECT breadcrumb = 'parked' OR status IN ('completed', 'failed',"
+                        " 'cancelled') FROM executions WHERE id = %s", (run_id,))
+    assert row(db_url, "SELECT status, breadcrumb, reason FROM executions WHERE id = %s",
+               (run_id,))[:2] == ("running", "parked")
 
 
 def wake_now(db_url: str, run_id: str) -> None:
@@ -141,7 +144,7 @@ async def test_a_429_with_a_long_retry_after_parks_the_run_and_stops_its_deadlin
     run_id = await queue_run(api, agent["id"], {"prompt": "Anything to send?"},
                              timeout_minutes=1)
     async with hostile_worker(pool, db_url, model):  # the default patience, 900 s
-        await until(db_url, *parked(run_id))
+        await until_parked(db_url, run_id)
         token, deadline, ahead, left = row(db_url, (
             "SELECT e.run_token, e.deadline, extract(epoch FROM q.available_at - now()),"
             " (s.state ->> 'deadline_left_seconds')::float8"
@@ -178,7 +181,7 @@ async def test_a_parked_run_is_cancelled_at_once(api, pool, db_url, model):
     model.go_down(rate_limited(600, retry_after="120"))
     run_id = await queue_run(api, agent["id"], {"prompt": "Anything to send?"})
     async with hostile_worker(pool, db_url, model):
-        await until(db_url, *parked(run_id))
+        await until_parked(db_url, run_id)
         asked = len(model.requests)
         cancelled = await api.post(f"/v1/runs/{run_id}/cancel")
         assert cancelled.status_code == 202, cancelled.text
@@ -202,7 +205,7 @@ async def test_a_judge_outage_parks_the_run_and_the_same_answer_is_judged_after(
     model.go_down(unavailable(600), affects=lambda body: body["model"] == "hostile-judge")
     run_id = await queue_run(api, agent["id"], {"prompt": "Anything to send?"})
     async with hostile_worker(pool, db_url, model):
-        await until(db_url, *parked(run_id))
+        await until_parked(db_url, run_id)
         model.recover()
         wake_now(db_url, run_id)
         await until(db_url, *ended(run_id))
@@ -225,7 +228,7 @@ async def test_a_parked_run_outlives_its_worker_and_another_takes_it_back(api, d
            "TICKWORK_OPENAI_BASE_URL": model.base_url, "TICKWORK_OPENAI_TIMEOUT_SECONDS": "2"}
     first = WorkerProcess(db_url, **env)
     try:
-        await until(db_url, *parked(run_id))
+        await until_parked(db_url, run_id)
     finally:
         assert first.terminate() == 0, first.log()
     assert row(db_url, "SELECT status, breadcrumb, attempt FROM executions WHERE id = %s",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
+import httpx
 import psycopg
 import pytest
 
@@ -20,7 +21,10 @@ from tests.integration.test_hostile_model import (ended, hostile_worker, new_age
                                                   why)
 from tests.integration.test_worker_runs import events
 from tests.integration.workers import WorkerProcess, scalar, until
+from tests.integration.test_roles import granted  # noqa: F401 (a fixture)
+from tickwork.scheduler.api.app import create_app, stop_hub
 from tickwork.scheduler.sweep import sweep_stale
+from tickwork.sql.db import open_pool
 
 SEND = "demo.send_message"
 ANSWER = "Nothing to send today."
@@ -245,3 +249,36 @@ async def test_a_parked_run_outlives_its_worker_and_another_takes_it_back(api, d
     assert (run["status"], run["outcome"]) == ("completed", "done"), \
         (why(run, model), second.log())
     assert await answer(api, run_id) == ANSWER
+
+
+async def test_parking_taking_back_and_cancelling_work_with_the_roles_own_grants(
+        granted, settings, tokens, db_url, model):
+    """The worker parks and takes back under tickwork_worker's grants; the API cancels a
+    parked run under tickwork_api's (and its row security)."""
+    api_pool = await open_pool(granted["tickwork_api"], application_name="tickwork-api")
+    worker_pool = await open_pool(granted["tickwork_worker"], application_name="tickwork-worker")
+    app = create_app(settings, pool=api_pool)
+    try:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                     headers={"Authorization": f"Bearer {tokens['acme']}"},
+                                     base_url="http://api.test") as api:
+            model.queue(reply(ANSWER), reply("done: nothing to send"))
+            agent = await new_agent(api, [SEND])
+            model.go_down(rate_limited(600, retry_after="120"))
+            kept = await queue_run(api, agent["id"], {"prompt": "Anything to send?"})
+            dropped = await queue_run(api, agent["id"], {"prompt": "Anything else?"})
+            async with hostile_worker(worker_pool, db_url, model):
+                await until_parked(db_url, kept)
+                await until_parked(db_url, dropped)
+                cancelled = await api.post(f"/v1/runs/{dropped}/cancel")
+                assert cancelled.json()["status"] == "cancelled", cancelled.text
+                model.recover()
+                wake_now(db_url, kept)
+                await until(db_url, *ended(kept))
+            run = (await api.get(f"/v1/runs/{kept}")).json()
+            assert (run["status"], run["outcome"]) == ("completed", "done"), why(run, model)
+            assert (await api.get(f"/v1/runs/{dropped}")).json()["status"] == "cancelled"
+    finally:
+        await stop_hub(app)
+        for pool in (api_pool, worker_pool):
+            await pool.close()

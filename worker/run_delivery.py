@@ -70,6 +70,8 @@ async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) ->
     # about as much as a journal append's encoding. The start is there at debug level.
     if approval_id:
         run_log.info("run_resumed")
+    elif run.unparked is not None:
+        run_log.info("run_unparked")  # back from waiting out its model's outage
     else:
         run_log.debug("run_started")
     # Every delivery is a root span of the trace keyed by the execution id (worker/tracing.py).

@@ -109,6 +109,7 @@ class Phase:
     seconds: float
     status: int = 0
     retry_after: str | None = None
+    delay: float = 0.0  # each answer comes this long after its request
 
 
 def refused(seconds: float) -> Phase:
@@ -119,8 +120,8 @@ def unavailable(seconds: float, status: int = 503) -> Phase:
     return Phase(seconds, status)
 
 
-def rate_limited(seconds: float, retry_after: str = "120") -> Phase:
-    return Phase(seconds, 429, retry_after)
+def rate_limited(seconds: float, retry_after: str = "120", *, delay: float = 0.0) -> Phase:
+    return Phase(seconds, 429, retry_after, delay)
 
 
 @dataclass
@@ -149,6 +150,7 @@ class HostileModel:
         # An outage: (monotonic end, phase) in order, and which requests it answers.
         self._phases: list[tuple[float, Phase]] = []
         self._affects: Callable[[Any], bool] = lambda _body: True
+        self.arrived = threading.Event()  # set by every request (a test clears it to wait)
         self._closed = threading.Event()
         self._serving = threading.Lock()  # an outage's restart and close() never interleave
 
@@ -249,8 +251,10 @@ class HostileModel:
             body = None
         record = Recorded(body, dict(request.headers))
         self.requests.append(record)
+        self.arrived.set()
         down = self._outage_answer(body)
         if down is not None:
+            await asyncio.sleep(down.delay)
             record.status = down.status
             record.complete = True
             headers = {"Retry-After": down.retry_after} if down.retry_after else {}

@@ -33,11 +33,12 @@ def model():
 
 
 @asynccontextmanager
-async def hostile_worker(pool, db_url, model: HostileModel, **settings):
+async def hostile_worker(pool, db_url, model: HostileModel, *, model_timeout: float = 1,
+                         **settings):
     """A worker whose every model call (the judge's too) goes to the hostile server."""
     provider = build_router(ProviderSettings(
         models="default=openai:hostile-agent,judge=openai:hostile-judge",
-        openai_base_url=model.base_url, openai_timeout_seconds=1))
+        openai_base_url=model.base_url, openai_timeout_seconds=model_timeout))
     deps = worker_deps(pool, WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
                        provider=provider, worker="hostile-test")
     stop = asyncio.Event()

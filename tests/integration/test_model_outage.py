@@ -8,6 +8,7 @@ rather than by waiting."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import datetime, timedelta, timezone
 
@@ -198,6 +199,25 @@ async def test_a_parked_run_is_cancelled_at_once(api, pool, db_url, model):
     journal = await events(api, run_id)
     assert of_type(journal, "run_complete")[0]["outcome"] == "cancelled"
     assert len(model.requests) == asked  # never asked again
+
+
+async def test_a_run_asked_to_stop_before_it_parks_is_taken_back_at_once_and_cancelled(
+        api, pool, db_url, model):
+    """A cancel asked while the run waits for its model's answer, which then is a 429 with a
+    long Retry-After: the park's wait is skipped, and the run ends cancelled at its router."""
+    agent = await new_agent(api, [SEND])
+    model.go_down(rate_limited(600, retry_after="120", delay=2.0))
+    run_id = await queue_run(api, agent["id"], {"prompt": "Anything to send?"})
+    async with hostile_worker(pool, db_url, model, model_timeout=30):
+        assert await asyncio.to_thread(model.arrived.wait, 60)
+        asked = await api.post(f"/v1/runs/{run_id}/cancel")
+        assert asked.json()["status"] == "running", asked.text  # asked to stop, not parked yet
+        await until(db_url, *ended(run_id))
+    model.recover()
+    run = (await api.get(f"/v1/runs/{run_id}")).json()
+    assert (run["status"], run["outcome"]) == ("cancelled", "cancelled"), why(run, model)
+    [wait] = of_type(await events(api, run_id), "provider_wait")
+    assert wait["wait_seconds"] == 120  # and yet taken back at once
 
 
 async def test_a_judge_outage_parks_the_run_and_the_same_answer_is_judged_after(api, pool,

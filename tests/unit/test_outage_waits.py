@@ -99,3 +99,15 @@ def test_a_call_that_answers_ends_the_outage():
     state.outage_since, state.outage_waits = NOW, 3
     state.add_usage(None)
     assert (state.outage_since, state.outage_waits) == (None, 0)
+
+
+def test_the_tail_draws_each_wait_with_its_retry_time_and_reason():
+    from tickwork.run_tree import build_view, view_lines
+    journal = [{"seq": 1, "parent_seq": None, "type": "run_start", "payload": {"attempt": 1}},
+               {"seq": 2, "parent_seq": 1, "type": "provider_wait", "ts": "2026-01-01T00:00:00Z",
+                "payload": {"attempt": 1, "wait_seconds": 120, "until": "2026-01-01T00:02:00Z",
+                            "reason": "Model 'm' failed after 1 attempt(s): the endpoint "
+                                      "answered 429: slow down (Retry-After: 120)"}}]
+    assert view_lines(build_view("r", journal))[1] == (
+        "  ↻ model unavailable (wait 1): trying again at 2026-01-01T00:02:00Z: Model 'm' failed "
+        "after 1 attempt(s): the endpoint answered 429: slow down (Retry-After: 120)")

@@ -178,7 +178,7 @@ function makeNode(event, p) {
     case "approval_required":
       return new Node("approval", WAITING, `waiting for approval: ${callText(p)}`);
     case "provider_wait": // parked through a model outage, no worker held
-      return new Node("wait", WAITING,
+      return new Node("wait", AGAIN,
         `model unavailable (wait ${p.attempt ?? "?"}): trying again at ${p.until}: ${short(p.reason || "")}`);
     case "run_complete": {
       const outcome = p.outcome || p.status || "ended";

@@ -4,8 +4,9 @@ record its verdict, once.
 Everything that can end a run ends it in-band: a finished agent, a model or script error, an
 agent that vanished, unreadable saved state, a cancel, the run's own deadline. Only the
 deadline leads to a retry, minted by the same verdict the sweep gives. A pause for approval
-ends the execution as suspended, with its state saved (worker/approval_pause.py). A worker
-shutting down never ends a run as cancelled: a run still going after the grace period is
+ends the execution as suspended, with its state saved (worker/approval_pause.py); a model that
+stays down parks it, its state saved, until an unpark task takes it back (worker/outage.py). A
+worker shutting down never ends a run as cancelled: a run still going after the grace period is
 released (journaled, then retried at once as a new attempt for any worker; a run resumed
 after an approval goes back to its pause with the decision kept and its resume queued again).
 """

@@ -152,6 +152,8 @@ class HostileModel:
         self._affects: Callable[[Any], bool] = lambda _body: True
         self.arrived = threading.Event()  # set by every request (a test clears it to wait)
         self._closed = threading.Event()
+        self._recovered = threading.Event()
+        self._interrupt = threading.Event()  # set by close() and recover()
         self._serving = threading.Lock()  # an outage's restart and close() never interleave
 
     def queue(self, *answers: Answer) -> None:
@@ -181,23 +183,28 @@ class HostileModel:
             now += phase.seconds
             ends.append((now, phase))
         self._phases, self._affects = ends, affects or (lambda _body: True)
+        self._recovered.clear()
+        self._interrupt.clear()
         threading.Thread(target=self._run_outage, args=(ends,), daemon=True).start()
 
     def recover(self) -> None:
-        """End the outage's HTTP phases now (a refused phase still runs its course)."""
+        """End the outage now: the port open again, every request answered as usual."""
         self._phases = []
+        self._recovered.set()
+        self._interrupt.set()
 
     def _run_outage(self, phases: list[tuple[float, Phase]]) -> None:
         for end, phase in phases:
             if phase.status == 0:
                 with self._serving:
                     self._stop_serving()
-            if self._closed.wait(max(0.0, end - time.monotonic())):
-                return
+            self._interrupt.wait(max(0.0, end - time.monotonic()))
             if phase.status == 0:
                 with self._serving:
                     if not self._closed.is_set():
                         self.start(self._port)
+            if self._closed.is_set() or self._recovered.is_set():
+                return
 
     def _outage_answer(self, body: Any) -> Phase | None:
         now = time.monotonic()
@@ -236,6 +243,7 @@ class HostileModel:
     def close(self) -> None:
         with self._serving:
             self._closed.set()  # an outage still going restarts nothing after this
+            self._interrupt.set()
             self._stop_serving()
 
     def __enter__(self) -> "HostileModel":

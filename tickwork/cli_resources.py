@@ -385,9 +385,12 @@ def list_runs(agent: Optional[str] = typer.Option(None, metavar="AGENT",
 
 def run_status_text(run: dict) -> str:
     """A run suspended for a person is stored as completed with the breadcrumb 'suspended';
-    people read it as what it is."""
+    people read it as what it is. A run parked through a model outage is running, and says
+    why nothing moves."""
     if run["status"] == "completed" and run.get("breadcrumb") == "suspended":
         return "waiting for approval"
+    if run["status"] == "running" and run.get("breadcrumb") == "parked":
+        return "running (model unavailable, retrying)"
     return run["status"]
 
 

@@ -111,3 +111,10 @@ def test_the_tail_draws_each_wait_with_its_retry_time_and_reason():
     assert view_lines(build_view("r", journal))[1] == (
         "  ↻ model unavailable (wait 1): trying again at 2026-01-01T00:02:00Z: Model 'm' failed "
         "after 1 attempt(s): the endpoint answered 429: slow down (Retry-After: 120)")
+
+
+def test_the_run_list_says_why_a_parked_run_does_not_move():
+    from tickwork.cli_resources import run_status_text
+    assert run_status_text({"status": "running", "breadcrumb": "parked"}) == (
+        "running (model unavailable, retrying)")
+    assert run_status_text({"status": "running", "breadcrumb": None}) == "running"

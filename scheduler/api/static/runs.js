@@ -159,6 +159,7 @@ function trigger(run) {
 }
 
 function statusOf(run) {
+  if (run.breadcrumb === "parked") return "running (model unavailable, retrying)"; // as the CLI
   return run.breadcrumb === "suspended" ? "waiting for approval" : run.status;
 }
 

@@ -185,6 +185,9 @@ class HostileModel:
         self._phases, self._affects = ends, affects or (lambda _body: True)
         self._recovered.clear()
         self._interrupt.clear()
+        if phases and phases[0].status == 0:  # closed before this returns: no request slips in
+            with self._serving:
+                self._stop_serving()
         threading.Thread(target=self._run_outage, args=(ends,), daemon=True).start()
 
     def recover(self) -> None:

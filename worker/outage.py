@@ -12,6 +12,7 @@ once it is spent, the run fails with the reason.
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -28,6 +29,9 @@ from tickwork.worker.state import STATE_VERSION, RunState
 # them grow further, never past LONGEST_WAIT_SECONDS unless a Retry-After asks for more.
 FIRST_WAIT_SECONDS = 5.0
 LONGEST_WAIT_SECONDS = 600.0
+# Each grown wait is up to this fraction longer, at random: the runs one outage parked do not
+# all ask the recovered endpoint again at the same moment.
+SPREAD = 0.2
 REASON_CHARS = 200  # of the provider's sentence, in the journal's provider_wait
 
 
@@ -40,12 +44,12 @@ class Parked:
     until: datetime
 
 
-def next_wait(state: RunState, now: float, patience: float,
-              retry_after: float | None) -> float | None:
+def next_wait(state: RunState, now: float, patience: float, retry_after: float | None,
+              spread: float = 0.0) -> float | None:
     """Seconds to wait before the model is asked again, or None when patience is spent (or
     0: waiting disabled). The wait doubles from the first and stops growing at the longest
-    (both scaled to the patience), is at least the server's Retry-After, and never ends
-    past the patience."""
+    (both scaled to the patience), lengthened by ``spread`` (0 to 1) times SPREAD, is at
+    least the server's Retry-After, and never ends past the patience."""
     if patience <= 0:
         return None
     since = now if state.outage_since is None else state.outage_since
@@ -54,18 +58,18 @@ def next_wait(state: RunState, now: float, patience: float,
         return None
     first = min(FIRST_WAIT_SECONDS, patience / 30)
     longest = max(first, min(LONGEST_WAIT_SECONDS, patience / 6))
-    grown = min(longest, first * 2 ** min(state.outage_waits, 32))
+    grown = min(longest, first * 2 ** min(state.outage_waits, 32)) * (1 + SPREAD * spread)
     return min(max(grown, retry_after or 0.0), left)
 
 
 async def wait_out(state: RunState, journal: RunJournal, outage: ModelUnavailable,
-                   patience: float, clock: Callable[[], float] = time.time
-                   ) -> Parked | RunOutcome:
+                   patience: float, clock: Callable[[], float] = time.time,
+                   spread: Callable[[], float] = random.random) -> Parked | RunOutcome:
     """Park the run for its next wait (journaled as provider_wait, saved with its state in one
     transaction), or, with patience spent, the failure that names the outage."""
     now = clock()
     said = redact_text(str(outage))
-    wait = next_wait(state, now, patience, outage.retry_after)
+    wait = next_wait(state, now, patience, outage.retry_after, spread())
     if wait is None:
         return RunOutcome("failed", "failed", gave_up(state, now, patience, said),
                           last_answer(state))

@@ -37,6 +37,12 @@ def test_a_short_patience_scales_the_waits_down():
     assert waits(3, 3) == pytest.approx([0.1, 0.2, 0.4])
 
 
+def test_a_grown_wait_is_spread_by_up_to_a_fifth_so_parked_runs_do_not_return_at_once():
+    state = RunState.start("", {}, units=1)
+    assert next_wait(state, NOW, 900, None, spread=0.5) == pytest.approx(5.5)
+    assert next_wait(state, NOW, 900, 120, spread=0.99) == 120  # Retry-After still the minimum
+
+
 def test_retry_after_is_a_minimum():
     assert waits(900, 2, retry_after=120) == [120, 120]
     assert waits(900, 1, retry_after=0.5) == [5]

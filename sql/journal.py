@@ -480,6 +480,35 @@ class RunJournal:
         self._pending = []
         self._writer.notifier.runs_changed([self.execution_id])  # approval_required, committed
 
+    async def park(self, *, state: dict[str, Any], version: int, wait_seconds: float,
+                   usage: dict[str, int] | None = None) -> None:
+        """Save the run's state and park it until its model may answer again (running,
+        breadcrumb 'parked', no worker, an unpark task in ``wait_seconds``), with what is
+        buffered (its provider_wait event), in one transaction; RunFenced if it was no longer
+        ours. usage is the run's total so far."""
+        async with self._alone():
+            await self._park(state, version, wait_seconds, usage)
+
+    @reconnecting
+    async def _park(self, state: dict[str, Any], version: int, wait_seconds: float,
+                    usage: dict[str, int] | None) -> None:
+        async with self._pool.connection() as conn:
+            async with conn.transaction():
+                cursor = await conn.execute(QUERIES["lock_running_execution"], {
+                    "execution_id": self.execution_id, "run_token": self.run_token})
+                if await cursor.fetchone() is None:
+                    self._pending = []
+                    raise RunFenced(f"execution {self.execution_id} is no longer running")
+                await self._append(conn)
+                cursor = await conn.execute(QUERIES["update_execution_parked"], {
+                    "execution_id": self.execution_id, "run_token": self.run_token,
+                    "version": version, "state": Jsonb(state), "wait_seconds": wait_seconds,
+                    "usage": None if usage is None else Jsonb(usage)})
+                if await cursor.fetchone() is None:
+                    raise RunFenced(f"execution {self.execution_id} is no longer running")
+        self._pending = []
+        self._writer.notifier.runs_changed([self.execution_id])  # provider_wait, committed
+
     async def release(self, approval_id: str | None = None,
                       saved_state: dict[str, Any] | None = None) -> dict[str, Any]:
         """The worker is going away with this run unfinished: write what is buffered and hand

@@ -31,8 +31,9 @@ Outcome = Literal["done", "question", "stalled_out", "hard_stop", "timed_out", "
                   "failed"]
 OUTCOMES: frozenset[str] = frozenset(get_args(Outcome))
 
-# executions.breadcrumb: why a run is where it is, when its status alone does not say.
-Breadcrumb = Literal["suspended", "released"]
+# executions.breadcrumb: why a run is where it is, when its status alone does not say. A run
+# waiting out a model outage is stored running with the breadcrumb 'parked' (no worker holds it).
+Breadcrumb = Literal["suspended", "released", "parked"]
 BREADCRUMBS: frozenset[str] = frozenset(get_args(Breadcrumb))
 
 # executions.trigger_type and trigger_source.
@@ -44,7 +45,8 @@ TRIGGER_SOURCES: frozenset[str] = frozenset(get_args(TriggerSource))
 # run_events.type (run_events_type_check): every event the journal stores.
 EventType = Literal["run_start", "step_start", "reasoning_delta", "tool_start", "tool_complete",
                     "content_delta", "budget_refusal", "gate_decision", "approval_required",
-                    "run_complete", "model_usage", "context_masked", "context_compacted"]
+                    "run_complete", "model_usage", "context_masked", "context_compacted",
+                    "provider_wait"]
 EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
 
 # The verdict of a gate_decision event (its payload's "verdict"): the stop gate's, the run
@@ -73,8 +75,9 @@ AGENT_STATUSES: frozenset[str] = frozenset(get_args(AgentStatus))
 SkipReason = Literal["coalesced", "overlap", "agent_inactive"]
 SKIP_REASONS: frozenset[str] = frozenset(get_args(SkipReason))
 
-# queue_tasks.kind: a fresh run, or a run resumed after a person's decision.
-TaskKind = Literal["run", "resume"]
+# queue_tasks.kind: a fresh run, a run resumed after a person's decision, or a parked run taken
+# back once its model may answer again.
+TaskKind = Literal["run", "resume", "unpark"]
 TASK_KINDS: frozenset[str] = frozenset(get_args(TaskKind))
 
 # tool_catalog.tool_class: only read runs without a person (deny by default).

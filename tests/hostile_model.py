@@ -12,6 +12,11 @@ unused by any earlier message), each answered by exactly one `tool` message befo
 assistant or user message, no `tool` message without its call, ids at most 40 characters. It
 can also enforce a context size: requests whose message text exceeds N characters get
 OpenAI's context_length_exceeded 400. Every request is recorded with how it was answered.
+
+It can also go down for a while (go_down): phases in turn, each for its seconds, of refused
+connections (the listening socket is closed, then opened again on the same port), 503s, or
+429s with a Retry-After; the HTTP phases answer without taking a queued answer, and may be
+limited to the requests a predicate picks (one run's), the others answered as usual.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import uvicorn
 from starlette.applications import Starlette
@@ -100,6 +105,29 @@ def silence(seconds: float) -> Answer:
     return Answer(text="too late", hang=seconds)
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One phase of an outage: ``status`` 0 refuses connections, else every request is
+    answered with it (and Retry-After, if given)."""
+
+    seconds: float
+    status: int = 0
+    retry_after: str | None = None
+    delay: float = 0.0  # each answer comes this long after its request
+
+
+def refused(seconds: float) -> Phase:
+    return Phase(seconds)
+
+
+def unavailable(seconds: float, status: int = 503) -> Phase:
+    return Phase(seconds, status)
+
+
+def rate_limited(seconds: float, retry_after: str = "120", *, delay: float = 0.0) -> Phase:
+    return Phase(seconds, 429, retry_after, delay)
+
+
 @dataclass
 class Recorded:
     body: Any
@@ -122,6 +150,15 @@ class HostileModel:
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self.base_url = ""
+        self._port = 0
+        # An outage: (monotonic end, phase) in order, and which requests it answers.
+        self._phases: list[tuple[float, Phase]] = []
+        self._affects: Callable[[Any], bool] = lambda _body: True
+        self.arrived = threading.Event()  # set by every request (a test clears it to wait)
+        self._closed = threading.Event()
+        self._recovered = threading.Event()
+        self._interrupt = threading.Event()  # set by close() and recover()
+        self._serving = threading.Lock()  # an outage's restart and close() never interleave
 
     def queue(self, *answers: Answer) -> None:
         self.answers.extend(answers)
@@ -142,9 +179,51 @@ class HostileModel:
 
     # Serving
 
-    def start(self) -> "HostileModel":
+    def go_down(self, *phases: Phase, affects: Callable[[Any], bool] | None = None) -> None:
+        """Begin an outage now: each phase in turn; refused phases close the port meanwhile.
+        ``affects`` picks the requests an HTTP phase answers (by their JSON body)."""
+        now, ends = time.monotonic(), []
+        for phase in phases:
+            now += phase.seconds
+            ends.append((now, phase))
+        self._phases, self._affects = ends, affects or (lambda _body: True)
+        self._recovered.clear()
+        self._interrupt.clear()
+        if phases and phases[0].status == 0:  # closed before this returns: no request slips in
+            with self._serving:
+                self._stop_serving()
+        threading.Thread(target=self._run_outage, args=(ends,), daemon=True).start()
+
+    def recover(self) -> None:
+        """End the outage now: the port open again, every request answered as usual."""
+        self._phases = []
+        self._recovered.set()
+        self._interrupt.set()
+
+    def _run_outage(self, phases: list[tuple[float, Phase]]) -> None:
+        for end, phase in phases:
+            if phase.status == 0:
+                with self._serving:
+                    self._stop_serving()
+            self._interrupt.wait(max(0.0, end - time.monotonic()))
+            if phase.status == 0:
+                with self._serving:
+                    if not self._closed.is_set():
+                        self.start(self._port)
+            if self._closed.is_set() or self._recovered.is_set():
+                return
+
+    def _outage_answer(self, body: Any) -> Phase | None:
+        now = time.monotonic()
+        for end, phase in self._phases:
+            if now < end:
+                return phase if phase.status and self._affects(body) else None
+        return None
+
+    def start(self, port: int = 0) -> "HostileModel":
         sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
         app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off",
                                                      timeout_graceful_shutdown=1))
@@ -156,15 +235,23 @@ class HostileModel:
         while not self._server.started:
             assert time.monotonic() < deadline, "the hostile model server did not start"
             time.sleep(0.01)
-        self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        self._port = sock.getsockname()[1]
+        self.base_url = f"http://127.0.0.1:{self._port}/v1"
         self._sock = sock
         return self
 
-    def close(self) -> None:
+    def _stop_serving(self) -> None:
         if self._server is not None:
             self._server.should_exit = True
             self._thread.join(timeout=10)
             self._sock.close()
+            self._server = None
+
+    def close(self) -> None:
+        with self._serving:
+            self._closed.set()  # an outage still going restarts nothing after this
+            self._interrupt.set()
+            self._stop_serving()
 
     def __enter__(self) -> "HostileModel":
         return self.start()
@@ -179,6 +266,16 @@ class HostileModel:
             body = None
         record = Recorded(body, dict(request.headers))
         self.requests.append(record)
+        self.arrived.set()
+        down = self._outage_answer(body)
+        if down is not None:
+            await asyncio.sleep(down.delay)
+            record.status = down.status
+            record.complete = True
+            headers = {"Retry-After": down.retry_after} if down.retry_after else {}
+            return JSONResponse({"error": {"message": f"outage: answering {down.status}",
+                                           "type": "server_error", "param": None, "code": None}},
+                                status_code=down.status, headers=headers)
         problem = request_problem(body, self.max_id_chars, self.unique_ids_across_history)
         if problem is not None:
             record.status, record.problem = 400, problem

@@ -404,9 +404,12 @@ def list_runs(agent: Optional[str] = typer.Option(None, metavar="AGENT",
 
 def run_status_text(run: dict) -> str:
     """A run waiting for a person has the status 'waiting' (in lists and in a schedule's
-    history); people read what it waits for."""
+    history); people read what it waits for. A run parked through a model outage is running,
+    and says why nothing moves."""
     if run["status"] == "waiting":
         return "waiting for approval"
+    if run["status"] == "running" and run.get("breadcrumb") == "parked":
+        return "running (model unavailable, retrying)"
     return run["status"]
 
 

@@ -156,6 +156,10 @@ def _node(kind: str | None, payload: dict, event: dict) -> Node:
         return Node("approval", f"waiting for approval: {_call_text(payload)}; "
                     f"`tickwork approve {approval}` or `tickwork reject {approval}`",
                     mark=WAITING, style="yellow", seq=seq)
+    if kind == "provider_wait":  # parked through a model outage, no worker held
+        return Node("wait", f"model unavailable (wait {payload.get('attempt', '?')}): trying "
+                    f"again at {payload.get('until')}: {_short(str(payload.get('reason') or ''))}",
+                    mark=AGAIN, style="yellow", seq=seq)
     if kind == "run_complete":
         outcome = payload.get("outcome") or payload.get("status") or "ended"
         text = str(outcome) + (f": {_short(str(payload['reason']))}" if payload.get("reason") else "")

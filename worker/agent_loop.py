@@ -69,6 +69,11 @@ class Loop:
 
 
 async def run_agent(state: RunState, loop: Loop) -> RunOutcome | Suspension:
+    if state.gate_step is not None:  # parked while its judge was down: judge that answer first
+        answer = last_answer(state)
+        decision = await stop_gate(state, loop, state.gate_step, Reply(answer))
+        if decision.stop:
+            return RunOutcome("completed", decision.outcome, decision.reason, answer)
     while True:
         ended = await router(state, loop)
         if ended is not None:
@@ -166,7 +171,9 @@ async def stop_gate(state: RunState, loop: Loop, step: int, reply: Reply) -> Gat
     else:
         decision = decide_without_judge(state.plan, state.units_left)
     if decision is None:
+        state.gate_step = step  # saved if a model outage parks the run during the judge's call
         verdict, reason = await ask_judge(state, loop, step)
+        state.gate_step = None
         decision = decide_with_verdict(verdict, reason, state.units_left)
     if decision.spends_unit:
         state.units_left -= 1

@@ -92,18 +92,25 @@ class ClaimedRun:
     # How long it waited in the worker for a slot after its claim started it (claimed ahead):
     # its deadline runs from the claim.
     waited_seconds: float = 0.0
+    # A run taken back after waiting out a model outage (worker/outage.py): the state it
+    # parked with, and the seconds its deadline had left then (None: a full timeout).
+    unparked: dict[str, Any] | None = None
+    time_left: float | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any], *, agent: AgentDefinition | None,
-                 resume: Decision | None = None) -> ClaimedRun:
-        """The one place a claim's row (claim_queued_runs or claim_resume) becomes a run."""
-        next_seq = RUN_START_SEQ + 1 if resume is None else (row["last_seq"] or 0) + 1
+                 resume: Decision | None = None,
+                 unparked: dict[str, Any] | None = None) -> ClaimedRun:
+        """The one place a claim's row (claim_queued_runs, claim_resume or claim_unparked)
+        becomes a run."""
+        taken_back = resume is not None or unparked is not None
+        next_seq = (row["last_seq"] or 0) + 1 if taken_back else RUN_START_SEQ + 1
         return cls(id=row["id"], tenant_id=row["tenant_id"], agent_id=row["agent_id"],
                    schedule_id=row["schedule_id"], attempt=row["attempt"],
                    timeout_minutes=row["timeout_minutes"], input=row["input"],
                    run_token=row["run_token"], next_seq=next_seq,
                    cancel_requested=row["cancel_requested_at"] is not None, agent=agent,
-                   resume=resume)
+                   resume=resume, unparked=unparked, time_left=row.get("time_left"))
 
 
 async def lease_tasks(pool: AsyncConnectionPool, *, limit: int,
@@ -133,6 +140,27 @@ async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID, task_na
     return ClaimedRun.from_row(row, agent=None if agent is None else AgentDefinition.from_row(
         agent), resume=Decision(
         task_name, row["approval_status"], row["approval_reason"], row["state"]))
+
+
+async def claim_unparked(pool: AsyncConnectionPool, *, execution_id: UUID, task_name: str,
+                         worker_id: str) -> ClaimedRun | None:
+    """Take a run parked through a model outage back to running, with the deadline it had left
+    and its saved state, and its agent as it is now. None: a duplicate delivery (the run is no
+    longer parked: taken back already, or cancelled), nothing to run."""
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            cursor = await conn.execute(QUERIES["claim_unparked_execution"], {
+                "execution_id": execution_id, "task_name": task_name, "run_token": new_id(),
+                "worker_id": worker_id})
+            row = await cursor.fetchone()
+    if row is None:
+        return None
+    async with pool.connection() as conn:
+        cursor = await conn.execute(QUERIES["get_agent_for_run"], {"agent_id": row["agent_id"]})
+        agent = await cursor.fetchone()
+    return ClaimedRun.from_row(row, agent=None if agent is None else AgentDefinition(
+        agent["instructions"], agent["tools"], agent["auto_approve"]),
+        unparked=row["state"] if row["state"] is not None else {})
 
 
 async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int, worker_id: str,

@@ -99,6 +99,17 @@ class ContextTooLong(RuntimeError):
     """The provider refused the request because the messages exceed the model's context."""
 
 
+class ModelUnavailable(RuntimeError):
+    """The model endpoint is down for now (it could not be reached, answered 5xx or 429, went
+    silent) after the provider's few quick retries: the run waits it out without a worker
+    (worker/outage.py). retry_after: the server's Retry-After in seconds, if it gave one; the
+    message is one sentence naming the failure, fit for a run's reason."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 # Called with each piece of answer text as a streaming provider receives it.
 TextSink = Callable[[str], None]
 

@@ -4,8 +4,9 @@ record its verdict, once.
 Everything that can end a run ends it in-band: a finished agent, a model or script error, an
 agent that vanished, unreadable saved state, a cancel, the run's own deadline. Only the
 deadline leads to a retry, minted by the same verdict the sweep gives. A pause for approval
-ends the execution as suspended, with its state saved (worker/approval_pause.py). A worker
-shutting down never ends a run as cancelled: a run still going after the grace period is
+ends the execution as suspended, with its state saved (worker/approval_pause.py); a model that
+stays down parks it, its state saved, until an unpark task takes it back (worker/outage.py). A
+worker shutting down never ends a run as cancelled: a run still going after the grace period is
 released (journaled, then retried at once as a new attempt for any worker; a run resumed
 after an approval goes back to its pause with the decision kept and its resume queued again).
 """
@@ -21,8 +22,10 @@ from tickwork.sql.journal import RunFenced, RunJournal
 from tickwork.worker import tracing
 from tickwork.worker.agent_loop import ROOT_SEQ, RunOutcome, Suspension, run_agent, run_pending
 from tickwork.worker.approval_pause import apply_decision, state_at_rest, suspend
-from tickwork.worker.claim import ClaimedRun, LeasedTask, claim_resume
-from tickwork.worker.continuation import load_chain, rebuild_state
+from tickwork.worker.claim import ClaimedRun, LeasedTask, claim_resume, claim_unparked
+from tickwork.worker.continuation import Chain, load_chain, rebuild_state
+from tickwork.worker.model import ModelUnavailable
+from tickwork.worker.outage import Parked, wait_out
 from tickwork.worker.redact import journal_json, redact
 from tickwork.worker.run_queries import fail_if_timed_out, remove_agent_schedules
 from tickwork.worker.run_log import RunLog
@@ -49,9 +52,11 @@ async def run_claimed(run: ClaimedRun, deps: RunDeps,
 
 async def handle_task(task: LeasedTask, deps: RunDeps,
                       free_slot: Callable[[], None] = _no_slot) -> dict[str, Any]:
-    """A leased resume task (the only kind leased): the suspended run back to running, once."""
-    run = await claim_resume(deps.pool, execution_id=task.execution_id, task_name=task.name,
-                             worker_id=deps.worker_id)
+    """A leased task (resume or unpark, the only kinds leased): the suspended or parked run
+    back to running, once."""
+    claim = claim_unparked if task.kind == "unpark" else claim_resume
+    run = await claim(deps.pool, execution_id=task.execution_id, task_name=task.name,
+                      worker_id=deps.worker_id)
     if run is None:
         skipped = {"skipped": "duplicate resume"}
         log.info("delivery_skipped", execution_id=str(task.execution_id), **skipped)
@@ -69,6 +74,8 @@ async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) ->
     # about as much as a journal append's encoding. The start is there at debug level.
     if approval_id:
         run_log.info("run_resumed")
+    elif run.unparked is not None:
+        run_log.info("run_unparked")  # back from waiting out its model's outage
     else:
         run_log.debug("run_started")
     # Every delivery is a root span of the trace keyed by the execution id (worker/tracing.py).
@@ -95,7 +102,8 @@ def _journal(run: ClaimedRun, deps: RunDeps, secrets: RunSecrets | None = None) 
 
 async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
                    free_slot: Callable[[], None], secrets: RunSecrets) -> dict[str, Any]:
-    seconds = run.timeout_minutes * 60 + DEADLINE_MARGIN_SECONDS - run.waited_seconds
+    allowed = run.timeout_minutes * 60 if run.time_left is None else run.time_left  # unparked
+    seconds = allowed + DEADLINE_MARGIN_SECONDS - run.waited_seconds
     held: dict[str, RunState] = {}  # the run's state once built, for its usage at the end
     try:
         async with asyncio.timeout(seconds):  # in this task: no task of its own per run
@@ -112,13 +120,17 @@ async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
     if isinstance(result, Suspension):
         run_log.info("run_suspended", tool=result.needs.spec.key)
         return {"status": "completed", "breadcrumb": "suspended"}
+    if isinstance(result, Parked):  # waits out its model's outage with no worker
+        run_log.info("run_parked", wait=result.attempt, wait_seconds=result.wait_seconds)
+        return {"status": "running", "breadcrumb": "parked"}
     usage = held["state"].usage() if "state" in held else None
     free_slot()  # the agent is done: another run may start while this verdict is written
     return await _finish(journal, result, run_log, usage)
 
 
 async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
-                 held: dict[str, RunState], secrets: RunSecrets) -> RunOutcome | Suspension:
+                 held: dict[str, RunState],
+                 secrets: RunSecrets) -> RunOutcome | Suspension | Parked:
     if run.agent is None:
         await remove_agent_schedules(deps.pool, run.agent_id)
         return RunOutcome("failed", "failed", f"agent {run.agent_id} no longer exists; "
@@ -126,32 +138,49 @@ async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
     chain = await load_chain(deps.pool, run.id, run.attempt)
     if run.resume is not None:  # CorruptState fails the run in-band
         state = RunState.from_state(run.resume.saved_state)
+    elif run.unparked is not None:  # back from a model outage: it asks its model again
+        state = RunState.from_state(run.unparked)
     else:
-        state = RunState.start(run.agent.instructions, run.input,
-                               units=deps.settings.continuation_units)
-        if chain.earlier:  # a retry continues where the attempts before it stopped
-            toolset = deps.toolset(run.agent.tools)
-            state = await rebuild_state(deps.pool, chain, state,
-                                        walls=agent_walls(run.agent, deps),
-                                        spec_of=lambda name: toolset.specs.get(name))
+        state = await _fresh_state(run, deps, chain)
     held["state"] = state
     loop = build_loop(run, run.agent, state, journal, deps, chain, secrets)
-    if run.resume is not None:
-        await apply_decision(run.resume, state, loop)
-    elif state.pending is not None:  # the last turn's calls whose results are not known
-        state.pending.step = journal.emit("step_start", {
-            "turn": state.model_turns, "continues": str(chain.earlier[-1]),
-            "calls": [call.id for call in state.pending.calls]}, parent=ROOT_SEQ)
-    paused = None
-    if state.pending is not None:
-        paused = await run_pending(state, loop)
-        if paused is None:
-            await journal.flush()
-    if paused is None:
-        paused = await run_agent(state, loop)
+    try:
+        paused = await _go_on(run, state, loop, journal, chain)
+    except ModelUnavailable as outage:  # parked without a worker, or failed once patience ends
+        return await wait_out(state, journal, outage, deps.settings.provider_patience_seconds)
     if isinstance(paused, Suspension):
         await suspend(run, state, journal, paused)
     return paused
+
+
+async def _fresh_state(run: ClaimedRun, deps: RunDeps, chain: Chain) -> RunState:
+    """A run's first state: its task, or, for a retry, where the attempts before it stopped
+    (worker/continuation.py)."""
+    state = RunState.start(run.agent.instructions, run.input,
+                           units=deps.settings.continuation_units)
+    if not chain.earlier:
+        return state
+    toolset = deps.toolset(run.agent.tools)
+    return await rebuild_state(deps.pool, chain, state, walls=agent_walls(run.agent, deps),
+                               spec_of=lambda name: toolset.specs.get(name))
+
+
+async def _go_on(run: ClaimedRun, state: RunState, loop, journal: RunJournal,
+                 chain: Chain) -> RunOutcome | Suspension:
+    """Run the agent from where its state stands: a decided call first (a resume), or the
+    last turn's calls a retry does not know the results of, then model turns."""
+    if run.resume is not None:
+        await apply_decision(run.resume, state, loop)
+    elif state.pending is not None and chain.earlier and run.unparked is None:
+        state.pending.step = journal.emit("step_start", {
+            "turn": state.model_turns, "continues": str(chain.earlier[-1]),
+            "calls": [call.id for call in state.pending.calls]}, parent=ROOT_SEQ)
+    if state.pending is not None:
+        paused = await run_pending(state, loop)
+        if paused is not None:
+            return paused
+        await journal.flush()
+    return await run_agent(state, loop)
 
 
 async def _finish(journal: RunJournal, outcome: RunOutcome, run_log,

@@ -5,6 +5,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tickwork.worker.compaction import ContextLimits, parse_context_windows
 
+MAX_PATIENCE_SECONDS = 7 * 24 * 3600
+
 
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TICKWORK_", extra="ignore")
@@ -68,6 +70,18 @@ class WorkerSettings(BaseSettings):
         if value < 0:
             raise ValueError("TICKWORK_TENANT_MAX_CONCURRENT_RUNS must be 0 (no cap) or a "
                              f"positive whole number (got {value})")
+        return value
+
+    # How long a run waits out a model outage (connection errors, 5xx, 429), parked without a
+    # worker, before it fails (worker/outage.py); 0 fails it at once.
+    provider_patience_seconds: float = 900.0
+
+    @field_validator("provider_patience_seconds")
+    @classmethod
+    def _patience_in_range(cls, value: float) -> float:
+        if not 0 <= value <= MAX_PATIENCE_SECONDS:  # NaN fails this too
+            raise ValueError(f"provider_patience_seconds must be a number of seconds from 0 to "
+                             f"{MAX_PATIENCE_SECONDS} (a week); got {value}")
         return value
 
     @field_validator("concurrency")

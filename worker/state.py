@@ -51,6 +51,13 @@ class RunState:
     # The tools whose schemas the run loaded (load_tools, worker/tool_index.py): bound for the
     # rest of the run, so every later call carries them.
     loaded_tools: list[str] = field(default_factory=list)
+    # A model outage being waited out (worker/outage.py): when it began (epoch seconds, the
+    # first failed call) and how many waits so far; cleared by the next call that answers.
+    outage_since: float | None = None
+    outage_waits: int = 0
+    # Set while the stop gate asks its judge: a run parked by an outage there judges the same
+    # answer again when it is taken back, instead of asking its model for a new one.
+    gate_step: int | None = None
 
     @classmethod
     def start(cls, instructions: str, run_input: dict[str, Any], *, units: int) -> "RunState":
@@ -61,7 +68,9 @@ class RunState:
         return RunView(run_input, self.model_turns, self.judge_calls)
 
     def add_usage(self, usage: Usage | None) -> None:
-        """Count one model call and what it cost (nothing when the provider reported nothing)."""
+        """Count one model call and what it cost (nothing when the provider reported nothing).
+        A call that answered ends any outage being waited out."""
+        self.outage_since, self.outage_waits = None, 0
         self.model_calls += 1
         if usage is not None:
             self.input_tokens += max(0, int(usage.input_tokens))
@@ -88,7 +97,8 @@ class RunState:
                 "context_tight": self.context_tight, "summary": _summary_at_rest(self.summary),
                 "last_input_tokens": self.last_input_tokens,
                 "compaction_failures": self.compaction_failures,
-                "loaded_tools": list(self.loaded_tools)}
+                "loaded_tools": list(self.loaded_tools), "outage_since": self.outage_since,
+                "outage_waits": self.outage_waits, "gate_step": self.gate_step}
 
     @classmethod
     def from_state(cls, saved: Any) -> "RunState":
@@ -114,7 +124,10 @@ class RunState:
                        # Absent in states saved before compaction: none yet.
                        summary=_summary_from(saved.get("summary")),
                        last_input_tokens=_count_or_none(saved.get("last_input_tokens")),
-                       compaction_failures=int(saved.get("compaction_failures", 0)))
+                       compaction_failures=int(saved.get("compaction_failures", 0)),
+                       outage_since=_number_or_none(saved.get("outage_since"), float),
+                       outage_waits=int(saved.get("outage_waits") or 0),
+                       gate_step=_number_or_none(saved.get("gate_step"), int))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptState(f"saved run state is unreadable ({type(exc).__name__}: {exc})")
 
@@ -138,6 +151,10 @@ def _summary_from(saved: Any) -> Summary | None:
 
 def _count_or_none(value: Any) -> int | None:
     return None if value is None else max(0, int(value))
+
+
+def _number_or_none(value: Any, kind: type) -> Any:
+    return None if value is None else kind(value)
 
 
 def at_rest(message: Message) -> dict[str, Any]:

@@ -230,6 +230,7 @@ def end_run(handle: _Span | _Off, result: Mapping[str, Any]) -> None:
         return
     handle.note(status=result.get("status"), outcome=result.get("outcome"),
                 suspended=result.get("breadcrumb") == "suspended" or None,
+                parked=result.get("breadcrumb") == "parked" or None,
                 fenced=result.get("fenced"))
     if result.get("status") == "failed":
         handle.failed(f"run {result.get('outcome') or 'failed'}")

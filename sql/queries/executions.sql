@@ -364,6 +364,76 @@ UPDATE executions
  WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
 RETURNING id;
 
+-- name: update_execution_parked
+-- A run whose model is down waits it out without a worker (worker/outage.py), in one
+-- transaction with its provider_wait event (appended by the caller): its state is saved, with
+-- what was left of its deadline (deadline_left_seconds, read back by claim_unparked_execution:
+-- the deadline does not run while it is parked); it stays running with the breadcrumb 'parked',
+-- no run token and no deadline (the sweep judges only running runs past a deadline); and its
+-- unpark task is queued for %(wait_seconds)s from now, or at once when a person has asked the
+-- run to stop (taken back, its router ends it cancelled; a cancel that comes after the park
+-- ends the parked run itself, update_execution_cancelled). No row: the run was no longer this
+-- worker's.
+WITH target AS (
+    SELECT id, deadline, cancel_requested_at FROM executions
+     WHERE id = %(execution_id)s AND status = 'running' AND run_token = %(run_token)s
+       FOR UPDATE
+), saved AS (
+    INSERT INTO run_states (execution_id, version, state)
+    SELECT t.id, %(version)s, %(state)s::jsonb || jsonb_build_object('deadline_left_seconds',
+           greatest(extract(epoch FROM t.deadline - now()), 0))
+      FROM target t
+    ON CONFLICT (execution_id) DO UPDATE
+       SET version = EXCLUDED.version, state = EXCLUDED.state, saved_at = now()
+), queued AS (
+    INSERT INTO queue_tasks (name, kind, execution_id, available_at)
+    SELECT 'unpark:' || t.id, 'unpark', t.id,
+           CASE WHEN t.cancel_requested_at IS NULL
+                THEN now() + make_interval(secs => %(wait_seconds)s) ELSE now() END
+      FROM target t
+    ON CONFLICT (name) DO UPDATE
+       SET available_at = EXCLUDED.available_at, lease_expires_at = NULL
+), parked AS (
+    UPDATE executions e
+       SET breadcrumb = 'parked', run_token = NULL, deadline = NULL,
+           usage = coalesce(%(usage)s::jsonb, e.usage)  -- the total so far; NULL leaves it
+      FROM target t
+     WHERE e.id = t.id
+    RETURNING e.id
+), tails_woken AS (
+    SELECT pg_notify('tickwork_events', id::text) FROM parked
+)
+SELECT id, (SELECT count(*) FROM tails_woken) AS tails_woken FROM parked;
+
+-- name: claim_unparked_execution
+-- Take a parked run back to running once its wait is over: a fresh run token, the deadline it
+-- had left when it parked, its saved state (consumed), and the unpark task dropped; the run's
+-- claim row names the worker that holds it now (sql/presence.py). A second delivery of the
+-- same task finds nothing parked and does nothing.
+WITH unparked AS (
+    UPDATE executions e
+       SET breadcrumb = NULL, run_token = %(run_token)s,
+           deadline = now() + make_interval(secs => coalesce(
+               (SELECT (s.state ->> 'deadline_left_seconds')::float8
+                  FROM run_states s WHERE s.execution_id = e.id),
+               e.timeout_minutes * 60))
+     WHERE e.id = %(execution_id)s AND e.status = 'running' AND e.breadcrumb = 'parked'
+    RETURNING e.*
+), held_by AS (
+    UPDATE execution_claims c SET worker_id = %(worker_id)s
+      FROM unparked u
+     WHERE c.execution_id = u.id
+), dropped AS (
+    DELETE FROM queue_tasks WHERE name = %(task_name)s
+), consumed AS (
+    DELETE FROM run_states s USING unparked u WHERE s.execution_id = u.id
+    RETURNING s.state
+)
+SELECT unparked.*, extract(epoch FROM unparked.deadline - now())::float8 AS time_left,
+       (SELECT max(seq) FROM run_events r WHERE r.execution_id = %(execution_id)s) AS last_seq,
+       (SELECT state FROM consumed) AS state
+  FROM unparked;
+
 -- name: update_resumed_execution_released
 -- A run resumed after a person's decision, released at shutdown: it goes back to its pause
 -- (completed, breadcrumb 'suspended', no token) with the state its resume consumed put back
@@ -403,31 +473,37 @@ SELECT id, (SELECT count(*) FROM restored) AS restored, (SELECT count(*) FROM qu
 -- lets change) is cancelled at once: a terminal run_complete is journaled so tails close, its
 -- pending approvals become 'cancelled', its saved state is deleted, and its resume task, if a
 -- decision already queued one, is removed (a resume that slips past finds nothing suspended
--- and does nothing).
+-- and does nothing). A run parked through a model outage (running + breadcrumb 'parked', held
+-- by no worker) is cancelled at once the same way, its unpark task and saved state removed.
 WITH target AS (
-    SELECT id, status, breadcrumb = 'suspended' AND status = 'completed' AS suspended
+    SELECT id, status, breadcrumb = 'suspended' AND status = 'completed' AS suspended,
+           breadcrumb IS NOT DISTINCT FROM 'parked' AND status = 'running' AS parked
       FROM executions
      WHERE id = %(id)s AND tenant_id = %(tenant_id)s
        FOR UPDATE
 ), cancelled AS (
     UPDATE executions e
-       SET status = CASE WHEN t.status = 'running' THEN e.status ELSE 'cancelled' END,
-           outcome = CASE WHEN t.status = 'running' THEN e.outcome ELSE 'cancelled' END,
+       SET status = CASE WHEN t.status = 'running' AND NOT t.parked THEN e.status
+                         ELSE 'cancelled' END,
+           outcome = CASE WHEN t.status = 'running' AND NOT t.parked THEN e.outcome
+                          ELSE 'cancelled' END,
            reason = CASE WHEN t.status = 'queued' THEN 'cancelled before it started'
                          WHEN t.suspended THEN 'cancelled while waiting for approval'
+                         WHEN t.parked THEN 'cancelled while waiting out a model outage'
                          ELSE e.reason END,
-           breadcrumb = CASE WHEN t.suspended THEN NULL ELSE e.breadcrumb END,
-           finished_at = CASE WHEN t.status = 'running' THEN e.finished_at ELSE now() END,
+           breadcrumb = CASE WHEN t.suspended OR t.parked THEN NULL ELSE e.breadcrumb END,
+           finished_at = CASE WHEN t.status = 'running' AND NOT t.parked THEN e.finished_at
+                              ELSE now() END,
            cancel_requested_at = coalesce(e.cancel_requested_at, now())
       FROM target t
      WHERE e.id = t.id AND (t.status IN ('queued', 'running') OR t.suspended)
-    RETURNING e.*, t.suspended AS was_suspended
+    RETURNING e.*, t.suspended AS was_suspended, t.parked AS was_parked
 ), journaled AS (  -- the API cannot write the journal: the narrow function of migration 0029
     SELECT journal_run_complete(c.id,
            jsonb_build_object('status', 'cancelled', 'outcome', 'cancelled', 'by', 'person',
                               'reason', c.reason, 'usage', c.usage)) AS added
       FROM cancelled c
-     WHERE c.was_suspended
+     WHERE c.was_suspended OR c.was_parked
 ), approvals_cancelled AS (
     UPDATE approvals a
        SET status = 'cancelled', reason = 'the run was cancelled', decided_at = now()
@@ -439,7 +515,7 @@ WITH target AS (
      WHERE q.execution_id = c.id AND c.status = 'cancelled'
 ), state_dropped AS (  -- the saved state holds the waiting call's real arguments: never run now
     DELETE FROM run_states s USING cancelled c
-     WHERE s.execution_id = c.id AND c.was_suspended
+     WHERE s.execution_id = c.id AND (c.was_suspended OR c.was_parked)
 ), tails_woken AS (
     SELECT pg_notify('tickwork_events', id::text) FROM cancelled
 )

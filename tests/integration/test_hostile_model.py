@@ -33,11 +33,12 @@ def model():
 
 
 @asynccontextmanager
-async def hostile_worker(pool, db_url, model: HostileModel, **settings):
+async def hostile_worker(pool, db_url, model: HostileModel, *, model_timeout: float = 1,
+                         **settings):
     """A worker whose every model call (the judge's too) goes to the hostile server."""
     provider = build_router(ProviderSettings(
         models="default=openai:hostile-agent,judge=openai:hostile-judge",
-        openai_base_url=model.base_url, openai_timeout_seconds=1))
+        openai_base_url=model.base_url, openai_timeout_seconds=model_timeout))
     deps = worker_deps(pool, WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
                        provider=provider, worker="hostile-test")
     stop = asyncio.Event()
@@ -247,15 +248,17 @@ async def test_a_429_then_success_streams_the_answer_and_counts_one_call(api, po
 
 async def test_a_server_that_keeps_failing_ends_the_run_with_one_sentence(api, pool, db_url,
                                                                          model):
-    model.queue(*[server_error() for _ in range(4)])
+    """With waiting out outages turned off (patience 0; tests/integration/test_model_outage.py
+    has them waited out)."""
+    model.queue(*[server_error() for _ in range(3)])
     agent = await new_agent(api, [SEND])
     run_id = await queue_run(api, agent["id"], {"prompt": "Anything to send?"})
-    async with hostile_worker(pool, db_url, model):
+    async with hostile_worker(pool, db_url, model, provider_patience_seconds=0):
         await until(db_url, *ended(run_id))
     run = (await api.get(f"/v1/runs/{run_id}")).json()
     assert (run["status"], run["outcome"]) == ("failed", "failed")
-    assert "failed after 4 attempt(s)" in run["reason"] and "500" in run["reason"]
-    assert len(model.requests) == 4
+    assert "failed after 3 attempt(s)" in run["reason"] and "500" in run["reason"]
+    assert len(model.requests) == 3
     assert scalar(db_url, "SELECT count(*) FROM demo_outbox") == 0
 
 

@@ -307,7 +307,8 @@ async def test_tickwork_worker_honours_the_concurrency_and_pool_size_settings(db
 
 @pytest.mark.parametrize("flag, env", [(0, {}), (None, {"TICKWORK_CONCURRENCY": "0"}),
                                        (None, {"TICKWORK_POOL_MAX_SIZE": "0"}),
-                                       (None, {"TICKWORK_CLAIM_AHEAD": "maybe"})])
+                                       (None, {"TICKWORK_CLAIM_AHEAD": "maybe"}),
+                                       (None, {"TICKWORK_PROVIDER_PATIENCE_SECONDS": "-1"})])
 def test_tickwork_worker_refuses_bad_settings_in_one_sentence_and_starts_nothing(
         db_url, flag, env):
     worker = WorkerProcess(db_url, concurrency=flag, **env)
@@ -316,6 +317,8 @@ def test_tickwork_worker_refuses_bad_settings_in_one_sentence_and_starts_nothing
     assert error.startswith("error: ")
     assert ("concurrency must be a whole number of at least 1 (got 0)" in error
             or "pool sizes must satisfy" in error
-            or "valid boolean, unable to interpret input (TICKWORK_CLAIM_AHEAD)" in error)
+            or "valid boolean, unable to interpret input (TICKWORK_CLAIM_AHEAD)" in error
+            or "provider_patience_seconds must be a number of seconds from 0 to 604800 (a "
+               "week); got -1.0" in error)
     assert "Traceback" not in error
     assert worker_sessions(db_url) == 0

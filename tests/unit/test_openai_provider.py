@@ -9,7 +9,8 @@ import pytest
 
 from tests.hostile_model import (Answer, HostileModel, call, failure, reply, server_error,
                                  silence, too_many_requests)
-from tickwork.worker.model import ContextTooLong, Message, Reply, RunView, ToolCall, ToolSchema, Usage
+from tickwork.worker.model import (ContextTooLong, Message, ModelUnavailable, Reply, RunView,
+                                   ToolCall, ToolSchema, Usage)
 from tickwork.worker.providers import (DEFAULT_MODELS, OpenAIProvider, ProviderError, ProviderSettings,
                               Route, ScriptedProvider, build_router, parse_models)
 
@@ -267,19 +268,23 @@ async def test_a_429_with_a_small_retry_after_is_retried_and_then_succeeds(model
     assert [r.status for r in model.requests] == [429, 200]
 
 
-async def test_a_429_with_a_long_retry_after_fails_at_once(model):
+async def test_a_429_with_a_long_retry_after_is_unavailable_at_once_with_its_wait(model):
+    """Not waited out inside the call (that would hold a worker's slot): the run parks."""
     model.queue(failure(429, "quota", retry_after="3600"))
-    with pytest.raises(ProviderError, match="429.*quota.*Retry-After: 3600"):
+    with pytest.raises(ModelUnavailable, match="429.*quota.*Retry-After: 3600") as failed:
         await ask(model)
     assert len(model.requests) == 1
+    assert failed.value.retry_after == 3600
+    assert isinstance(failed.value, ProviderError)
 
 
-async def test_persistent_5xx_gives_up_after_four_attempts_with_a_sentence(model):
-    model.queue(*[Answer(status=503, raw="upstream\n  gone") for _ in range(4)])
-    with pytest.raises(ProviderError) as failed:
+async def test_persistent_5xx_is_unavailable_after_three_quick_attempts_with_a_sentence(model):
+    model.queue(*[Answer(status=503, raw="upstream\n  gone") for _ in range(3)])
+    with pytest.raises(ModelUnavailable) as failed:
         await ask(model)
-    assert len(model.requests) == 4
-    assert str(failed.value) == ("Model 'gpt-test' failed after 4 attempt(s): "
+    assert len(model.requests) == 3
+    assert failed.value.retry_after is None
+    assert str(failed.value) == ("Model 'gpt-test' failed after 3 attempt(s): "
                                  "the endpoint answered 503: upstream gone")
 
 
@@ -320,7 +325,7 @@ async def test_an_unreachable_endpoint_is_retried_then_fails_with_a_sentence():
         port = probe.getsockname()[1]
     provider = OpenAIProvider(f"http://127.0.0.1:{port}/v1", KEY, {"default": "m"},
                               backoff_seconds=0.01)
-    with pytest.raises(ProviderError, match=r"failed after 4 attempt\(s\): could not reach"):
+    with pytest.raises(ModelUnavailable, match=r"failed after 3 attempt\(s\): could not reach"):
         await provider.complete("default", [], [], RUN)
     await provider.aclose()
 

@@ -2,9 +2,11 @@
 
 Answers are streamed by default (text reaches the run's sink while the model writes; a server
 that answers with a whole body instead is read as one). Transient failures (connection errors,
-silence past the timeout, 429, 5xx, a stream that breaks off) are retried here, at the leaf, so
-the agent loop sees a reply, ContextTooLong (the one refusal it can act on), or one ProviderError
-sentence it can record as the run's reason.
+silence past the timeout, 429, 5xx, a stream that breaks off) are retried here a few times
+within a second or so, for a blip; an outage that outlasts them (or a 429 whose Retry-After is
+longer than a blip) is raised as ModelUnavailable, which the run waits out without holding a
+worker (worker/outage.py). So the agent loop sees a reply, ContextTooLong (the one refusal it can
+act on), ModelUnavailable, or one ProviderError sentence it can record as the run's reason.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 from tenacity import wait_exponential
 
-from tickwork.worker.model import ContextTooLong, Message, Reply, RunView, TextSink, ToolSchema
+from tickwork.worker.model import (ContextTooLong, Message, ModelUnavailable, Reply, RunView,
+                                   TextSink, ToolSchema)
 from tickwork.worker.providers.openai_stream import (MalformedAnswer, StreamAssembler, parse_reply,
                                             sse_events)
 
@@ -43,6 +46,10 @@ class ProviderError(RuntimeError):
     """The model endpoint failed for good: after retries, or with a request it will never accept."""
 
 
+class Unavailable(ProviderError, ModelUnavailable):
+    """The endpoint is down for now, after the quick retries: the run parks and tries later."""
+
+
 class _OptionRefused(ProviderError):
     """A 400 naming stream_options: a server (or an old API version) that does not know it."""
 
@@ -58,8 +65,8 @@ class _Transient(Exception):
 class OpenAIProvider:
     def __init__(self, base_url: str, api_key: str, model_by_alias: dict[str, str],
                  http: httpx.AsyncClient | None = None, timeout: float = 60.0, *,
-                 stream: bool = True, max_attempts: int = 4, backoff_seconds: float = 0.5,
-                 max_retry_after: float = 20.0) -> None:
+                 stream: bool = True, max_attempts: int = 3, backoff_seconds: float = 0.25,
+                 max_retry_after: float = 2.0) -> None:
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._api_key = api_key
         self._models = dict(model_by_alias)
@@ -70,7 +77,8 @@ class OpenAIProvider:
         self._usage_option = True  # until a server refuses stream_options
         self._max_attempts = max_attempts
         self._backoff = wait_exponential(multiplier=backoff_seconds, max=30)
-        # A longer Retry-After is not waited out inside one model turn: the run fails instead.
+        # A longer Retry-After is not waited out inside one model turn, holding a worker's
+        # slot: the run is parked instead (ModelUnavailable).
         self._max_retry_after = max_retry_after
 
     async def aclose(self) -> None:
@@ -111,8 +119,9 @@ class OpenAIProvider:
                     return await self._attempt(body, on_text)
         except _Transient as failure:
             tries = retrying.statistics.get("attempt_number", 1)
-            raise ProviderError(self._scrub(
-                f"Model '{body['model']}' failed after {tries} attempt(s): {failure}")) from None
+            raise Unavailable(self._scrub(
+                f"Model '{body['model']}' failed after {tries} attempt(s): {failure}"),
+                failure.retry_after) from None
         raise AssertionError("unreachable: tenacity either returns or raises")
 
     async def _attempt(self, body: dict[str, Any], on_text: TextSink | None) -> Reply:

@@ -160,6 +160,7 @@ function trigger(run) {
 }
 
 function statusOf(run) {
+  if (run.breadcrumb === "parked") return "running (model unavailable, retrying)"; // as the CLI
   return run.status === "waiting" ? "waiting for approval" : run.status;
 }
 

@@ -10,7 +10,7 @@ const GATE_MARKS = {done: OK, plan_complete: OK, question: ASKS, stalled: AGAIN,
 const MARK_STATES = {[OK]: "ok", [FAILED]: "failed", [RUNNING]: "running", [WAITING]: "waiting"};
 const EVENT_TYPES = ["run_start", "step_start", "reasoning_delta", "tool_start", "tool_complete",
   "content_delta", "budget_refusal", "gate_decision", "approval_required", "run_complete",
-  "model_usage", "context_masked", "context_compacted"];
+  "model_usage", "context_masked", "context_compacted", "provider_wait"];
 
 /** The run's journal through the browser's own EventSource. The browser reconnects by itself
  * after a drop and sends Last-Event-ID; when it gives up (a non-200 answer, e.g. 401 once the
@@ -177,6 +177,9 @@ function makeNode(event, p) {
     }
     case "approval_required":
       return new Node("approval", WAITING, `waiting for approval: ${callText(p)}`);
+    case "provider_wait": // parked through a model outage, no worker held
+      return new Node("wait", AGAIN,
+        `model unavailable (wait ${p.attempt ?? "?"}): trying again at ${p.until}: ${short(p.reason || "")}`);
     case "run_complete": {
       const outcome = p.outcome || p.status || "ended";
       let text = String(outcome) + (p.reason ? `: ${short(p.reason)}` : "");

@@ -71,7 +71,7 @@ BEGIN
         GRANT EXECUTE ON FUNCTION fail_and_retry_executions(uuid[], boolean, uuid)
             TO tickwork_worker;
         GRANT UPDATE (status, outcome, reason, breadcrumb, started_at, finished_at, deadline,
-                      run_token, usage)
+                      run_token, usage, answer)
             ON executions TO tickwork_worker;
         GRANT SELECT ON agents, demo_records, approvals TO tickwork_worker;
         -- A run whose agent is gone removes its schedules through a narrow function (0029);

@@ -153,7 +153,7 @@ async def _finish(journal: RunJournal, outcome: RunOutcome, run_log,
                                   "reason": outcome.reason, "answer": outcome.answer},
                  parent=ROOT_SEQ)
     await journal.finish(status=outcome.status, outcome=outcome.outcome, reason=outcome.reason,
-                         usage=usage)
+                         usage=usage, answer=redact(outcome.answer) if outcome.answer else None)
     tracing.note_run(**{f"usage.{k}": v for k, v in (usage or {}).items()})
     run_log.info("run_finished", status=outcome.status, outcome=outcome.outcome)
     return {"status": outcome.status, "outcome": outcome.outcome}

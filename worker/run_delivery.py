@@ -21,6 +21,7 @@ from tickwork.sql.journal import RunFenced, RunJournal
 from tickwork.worker import tracing
 from tickwork.worker.agent_loop import ROOT_SEQ, RunOutcome, Suspension, run_agent, run_pending
 from tickwork.worker.approval_pause import apply_decision, state_at_rest, suspend
+from tickwork.worker.chat_history import chat_history, is_chat_run
 from tickwork.worker.claim import ClaimedRun, LeasedTask, claim_resume
 from tickwork.worker.continuation import load_chain, rebuild_state
 from tickwork.worker.redact import journal_json, redact
@@ -121,8 +122,10 @@ async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
     if run.resume is not None:  # CorruptState fails the run in-band
         state = RunState.from_state(run.resume.saved_state)
     else:
+        earlier = (await chat_history(deps.pool, chain.root) if is_chat_run(run.input)
+                   else [])
         state = RunState.start(run.agent.instructions, run.input,
-                               units=deps.settings.continuation_units)
+                               units=deps.settings.continuation_units, earlier=earlier)
         if chain.earlier:  # a retry continues where the attempts before it stopped
             toolset = deps.toolset(run.agent.tools)
             state = await rebuild_state(deps.pool, chain, state, walls=deps.walls,

@@ -43,8 +43,10 @@ class RunState:
     context_tight: bool = False
 
     @classmethod
-    def start(cls, instructions: str, run_input: dict[str, Any], *, units: int) -> "RunState":
-        return cls([Message("system", instructions or "You are a helpful agent."),
+    def start(cls, instructions: str, run_input: dict[str, Any], *, units: int,
+              earlier: list[Message] = ()) -> "RunState":
+        """earlier: a conversation that came before this run's task (a chat's messages)."""
+        return cls([Message("system", instructions or "You are a helpful agent."), *earlier,
                     Message("user", task_text(run_input))], units_left=units)
 
     def view(self, run_input: dict[str, Any]) -> RunView:

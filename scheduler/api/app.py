@@ -9,8 +9,8 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 
-from tickwork.scheduler.api import (agents_routes, approvals_routes, ops_routes, runs_routes,
-                           schedules_routes, stats_routes, tokens_routes, viewer,
+from tickwork.scheduler.api import (agents_routes, approvals_routes, chats_routes, ops_routes,
+                           runs_routes, schedules_routes, stats_routes, tokens_routes, viewer,
                            webhooks_routes)
 from tickwork.scheduler.api.body_guard import BodyGuard
 from tickwork.scheduler.api.errors import install_error_handlers
@@ -82,7 +82,7 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
         app.state.notifier = Notifier(pool)
         app.state.run_starts = RunStartBatcher(pool, app.state.notifier)
     for module in (agents_routes, schedules_routes, runs_routes, approvals_routes, ops_routes,
-                   tokens_routes, webhooks_routes, stats_routes, viewer):
+                   tokens_routes, webhooks_routes, stats_routes, chats_routes, viewer):
         app.include_router(module.router)
     install_error_handlers(app)
     app.add_middleware(RunStartRoute)  # inside the body guard: it sees only guarded bodies

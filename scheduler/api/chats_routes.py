@@ -1,0 +1,49 @@
+"""/v1/chats and POST /v1/agents/{id}/chats: conversations with an agent (scheduler/chats.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import APIRouter, Body, Depends, Header
+
+from tickwork.scheduler import chats
+from tickwork.scheduler.api.deps import Session, notifier_of, session
+from tickwork.scheduler.models import ChatIn, ChatMessageIn
+from tickwork.scheduler.pagination import check_limit
+from tickwork.sql.notify import Notifier
+
+router = APIRouter(tags=["chats"])
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=200)]
+
+
+@router.post("/v1/agents/{agent_id}/chats", status_code=201)
+async def create(agent_id: UUID, body: Annotated[ChatIn | None, Body()] = None,
+                 s: Session = Depends(session)) -> dict:
+    """A new chat with the agent; each message posted to it starts one run."""
+    return await chats.create_chat(s.conn, s.principal, agent_id, body or ChatIn())
+
+
+@router.get("/v1/chats")
+async def list_chats(limit: int = 50, cursor: str | None = None, agent_id: UUID | None = None,
+                     s: Session = Depends(session)) -> dict:
+    """Chats newest first, optionally one agent's."""
+    return await chats.list_chats(s.conn, s.principal, agent_id=agent_id,
+                                  limit=check_limit(limit), cursor=cursor)
+
+
+@router.get("/v1/chats/{chat_id}")
+async def read(chat_id: UUID, s: Session = Depends(session)) -> dict:
+    """The chat and its messages in order (the person's texts and the agent's answers)."""
+    return await chats.get_chat(s.conn, s.principal, chat_id)
+
+
+@router.post("/v1/chats/{chat_id}/messages", status_code=202)
+async def post_message(chat_id: UUID, body: ChatMessageIn,
+                       idempotency_key: IdempotencyKey = None,
+                       s: Session = Depends(session, scope="function"),
+                       notifier: Notifier = Depends(notifier_of)) -> dict:
+    """A message: starts one run of the chat's agent (trigger chat); 409 chat_busy while the
+    chat's run is unfinished."""
+    return await chats.post_message(s.conn, s.principal, chat_id, body,
+                                    idempotency_key=idempotency_key, notifier=notifier)

@@ -87,6 +87,14 @@ async def get_chat(conn: AsyncConnection, principal: Principal, chat_id: UUID) -
     return chat
 
 
+async def check_chat(conn: AsyncConnection, principal: Principal, chat_id: UUID) -> None:
+    """NotFound unless the chat is the tenant's."""
+    row = await (await conn.execute(QUERIES["get_chat"], {
+        "id": chat_id, "tenant_id": principal.tenant_id})).fetchone()
+    if row is None:
+        raise chat_not_found(chat_id)
+
+
 def _both_sides(row: dict[str, Any]) -> list[dict[str, Any]]:
     said = [{"role": "user", "text": row["text"], "run_id": jsonable(row["run_id"]),
              "message_id": jsonable(row["id"]), "created_at": jsonable(row["created_at"])}]

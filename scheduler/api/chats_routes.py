@@ -5,10 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Depends, Header
+from fastapi import APIRouter, Body, Depends, Header, Request
 
 from tickwork.scheduler import chats
-from tickwork.scheduler.api.deps import Session, notifier_of, session
+from tickwork.scheduler.api.chat_tail import (ChatTailResponse, chat_events, chat_resume_point,
+                                               check_chat_resumable)
+from tickwork.scheduler.api.deps import (Session, hub_of, notifier_of, pool_of, principal_only,
+                                         session, settings_of)
 from tickwork.scheduler.models import ChatIn, ChatMessageIn
 from tickwork.scheduler.pagination import check_limit
 from tickwork.sql.notify import Notifier
@@ -47,3 +50,22 @@ async def post_message(chat_id: UUID, body: ChatMessageIn,
     chat's run is unfinished."""
     return await chats.post_message(s.conn, s.principal, chat_id, body,
                                     idempotency_key=idempotency_key, notifier=notifier)
+
+
+@router.get("/v1/chats/{chat_id}/events")
+async def events(chat_id: UUID, request: Request,
+                 last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None):
+    """Every run of the chat in order as one stream of Server-Sent Events (ids
+    "{run_id}:{seq}", resumable across runs with Last-Event-ID), following the chat live; with
+    Accept: application/json, the stored events as a list."""
+    principal = await principal_only(request)  # no connection held while streaming
+    resume = chat_resume_point(last_event_id)
+    async with pool_of(request).connection() as conn:
+        await chats.check_chat(conn, principal, chat_id)
+        await check_chat_resumable(conn, principal, chat_id, resume)
+        if "application/json" in request.headers.get("accept", ""):
+            return {"items": await chat_events(conn, chat_id, resume)}
+    return ChatTailResponse(hub_of(request), pool_of(request), chat_id, resume,
+                            keepalive=settings_of(request).sse_keepalive_seconds,
+                            watch=request.app.state.revocation_watch,
+                            token_id=principal.token_id)

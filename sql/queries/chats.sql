@@ -71,3 +71,17 @@ SELECT m.seq, m.text, l.answer
   LEFT JOIN LATERAL latest_attempt(m.run_id) l ON true
  WHERE mine.run_id = %(run_id)s
  ORDER BY m.seq;
+-- name: list_chat_runs
+-- Every run of a chat in the order a reader sees them (its messages in order, each message's
+-- attempts oldest first), from one message on: the chat stream follows them one after another.
+SELECT m.seq, c.id, c.depth
+  FROM chat_messages m
+ CROSS JOIN LATERAL run_chain(m.run_id) c
+ WHERE m.chat_id = %(chat_id)s AND m.seq >= %(from_seq)s
+ ORDER BY m.seq, c.depth
+ LIMIT %(limit)s;
+
+-- name: get_run_event_type
+-- The type of one event of a run's journal (a chat stream resumed at an event asks whether it
+-- was the run's last: run_complete).
+SELECT type FROM run_events WHERE execution_id = %(execution_id)s AND seq = %(seq)s;

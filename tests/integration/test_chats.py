@@ -200,3 +200,51 @@ async def test_the_second_model_call_carries_the_first_exchange_streamed(api, po
     assert [(m["role"], m["text"]) for m in shown["messages"]] == [
         ("user", "Which team gets the summary?"), ("agent", "Ops gets it."),
         ("user", "And sales?"), ("agent", "Sales too.")]
+
+
+async def test_a_chat_run_whose_worker_died_is_retried_with_the_whole_conversation(api, pool,
+                                                                                    db_url):
+    """R16: the worker of the second message's run dies after starting it; the sweep retries
+    it. The chat stays busy (naming the retry), the retry's model sees the first exchange, its
+    answer is the agent's message, and the chat's events hold both attempts once each."""
+    from datetime import datetime, timedelta, timezone
+
+    from tickwork.scheduler.sweep import sweep_stale
+    from tickwork.worker.claim import claim_queued_runs
+
+    agent = await create_agent(api, "talker", tools=[], instructions="Be brief.")
+    chat = await new_chat(api, agent["id"])
+    with HostileModel() as model:
+        model.queue(reply("Ops gets it."), reply("done"), reply("Sales too."), reply("done"))
+        async with hostile_worker(pool, db_url, model):
+            first = await say(api, chat["id"], "Which team gets the summary?")
+            await until(db_url, *done(first["run_id"]))
+        second = await say(api, chat["id"], "And sales?")
+        [claimed] = await claim_queued_runs(pool, limit=1, worker_id="died")  # then it died
+        assert str(claimed.id) == second["run_id"]
+        swept = await sweep_stale(pool, now=datetime.now(timezone.utc) + timedelta(minutes=30),
+                                  batch_size=10)
+        assert (swept.failed, swept.retried) == (1, 1)
+        retry = scalar(db_url, "SELECT id::text FROM executions WHERE retry_of = %s",
+                       (second["run_id"],))
+        busy = await api.post(f"/v1/chats/{chat['id']}/messages", json={"text": "Thanks"})
+        assert busy.status_code == 409 and busy.json()["run_id"] == retry
+        async with hostile_worker(pool, db_url, model):
+            await until(db_url, *done(retry))
+    last = [r for r in model.accepted() if r.body.get("model") == "hostile-agent"][-1]
+    assert [(m["role"], m["content"]) for m in last.body["messages"][1:]] == [
+        ("user", "Which team gets the summary?"), ("assistant", "Ops gets it."),
+        ("user", "And sales?")]
+    shown = (await api.get(f"/v1/chats/{chat['id']}")).json()
+    assert [(m["role"], m["text"], m["run_id"]) for m in shown["messages"]] == [
+        ("user", "Which team gets the summary?", first["run_id"]),
+        ("agent", "Ops gets it.", first["run_id"]),
+        ("user", "And sales?", second["run_id"]), ("agent", "Sales too.", retry)]
+    listed = (await api.get(f"/v1/chats/{chat['id']}/events",
+                            headers={"Accept": "application/json"})).json()["items"]
+    runs = [e["run_id"] for e in listed]
+    assert runs == sorted(runs, key=[first["run_id"], second["run_id"], retry].index)
+    assert set(runs) == {first["run_id"], second["run_id"], retry}
+    assert len({e["id"] for e in listed}) == len(listed)
+    assert scalar(db_url, "SELECT count(*) FROM chat_messages") == 2
+    await say(api, chat["id"], "Thanks")  # idle again

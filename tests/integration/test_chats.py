@@ -248,3 +248,27 @@ async def test_a_chat_run_whose_worker_died_is_retried_with_the_whole_conversati
     assert len({e["id"] for e in listed}) == len(listed)
     assert scalar(db_url, "SELECT count(*) FROM chat_messages") == 2
     await say(api, chat["id"], "Thanks")  # idle again
+
+
+async def test_a_chat_of_fifty_messages_gives_each_one_run_and_the_model_the_whole_thread(
+        api, pool, db_url):
+    """R16: every message gets exactly one run, and the last model call carries all 49
+    exchanges before it, in order."""
+    agent = await create_agent(api, "long", tools=[], instructions="Count with me.")
+    chat = await new_chat(api, agent["id"])
+    with HostileModel() as model:
+        for n in range(1, 51):
+            model.queue(reply(f"answer {n}"), reply("done"))
+        async with hostile_worker(pool, db_url, model):
+            for n in range(1, 51):
+                posted = await say(api, chat["id"], f"message {n}")
+                await until(db_url, *done(posted["run_id"]))
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE trigger_type = 'chat'") == 50
+    assert scalar(db_url, "SELECT count(DISTINCT run_id) FROM chat_messages") == 50
+    last = [r for r in model.accepted() if r.body.get("model") == "hostile-agent"][-1]
+    thread = [(m["role"], m["content"]) for m in last.body["messages"][1:]]
+    expected = [turn for n in range(1, 50)
+                for turn in (("user", f"message {n}"), ("assistant", f"answer {n}"))]
+    assert thread == expected + [("user", "message 50")]
+    shown = (await api.get(f"/v1/chats/{chat['id']}")).json()
+    assert len(shown["messages"]) == 100 and shown["messages"][-1]["text"] == "answer 50"

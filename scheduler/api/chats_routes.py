@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 from uuid import UUID
 
-from fastapi import APIRouter, Body, Depends, Header, Request
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
 
 from tickwork.scheduler import chats
 from tickwork.scheduler.api.chat_tail import (ChatTailResponse, chat_events, chat_resume_point,
@@ -14,6 +14,9 @@ from tickwork.scheduler.api.deps import (Session, hub_of, notifier_of, pool_of, 
                                          session, settings_of)
 from tickwork.scheduler.models import ChatIn, ChatMessageIn
 from tickwork.scheduler.pagination import check_limit
+from tickwork.scheduler.serialize import utc_text
+from tickwork.scheduler.stream_tickets import mint_ticket, principal_from_ticket
+from tickwork.scheduler.tokens import Principal
 from tickwork.sql.notify import Notifier
 
 router = APIRouter(tags=["chats"])
@@ -54,11 +57,13 @@ async def post_message(chat_id: UUID, body: ChatMessageIn,
 
 @router.get("/v1/chats/{chat_id}/events")
 async def events(chat_id: UUID, request: Request,
+                 ticket: Annotated[str | None, Query(max_length=100)] = None,
                  last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None):
     """Every run of the chat in order as one stream of Server-Sent Events (ids
     "{run_id}:{seq}", resumable across runs with Last-Event-ID), following the chat live; with
-    Accept: application/json, the stored events as a list."""
-    principal = await principal_only(request)  # no connection held while streaming
+    Accept: application/json, the stored events as a list. A browser passes a ticket from
+    POST /v1/chats/{id}/stream-ticket instead of a token."""
+    principal = await _stream_principal(request, chat_id, ticket)
     resume = chat_resume_point(last_event_id)
     async with pool_of(request).connection() as conn:
         await chats.check_chat(conn, principal, chat_id)
@@ -69,3 +74,20 @@ async def events(chat_id: UUID, request: Request,
                             keepalive=settings_of(request).sse_keepalive_seconds,
                             watch=request.app.state.revocation_watch,
                             token_id=principal.token_id)
+
+
+@router.post("/v1/chats/{chat_id}/stream-ticket", status_code=201)
+async def stream_ticket(chat_id: UUID, request: Request, s: Session = Depends(session)) -> dict:
+    """A short-lived, single-use ticket to follow this one chat's stream, for browsers
+    (EventSource sends no headers)."""
+    await chats.check_chat(s.conn, s.principal, chat_id)
+    made = await mint_ticket(s.conn, s.principal, chat_id,
+                             settings_of(request).stream_ticket_ttl_seconds)
+    return {"ticket": made["ticket"], "expires_at": utc_text(made["expires_at"])}
+
+
+async def _stream_principal(request: Request, chat_id: UUID, ticket: str | None) -> Principal:
+    if ticket is not None and "authorization" not in request.headers:
+        async with pool_of(request).connection() as conn:
+            return await principal_from_ticket(conn, ticket, chat_id)
+    return await principal_only(request)  # the connection goes back before streaming

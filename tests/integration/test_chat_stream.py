@@ -116,3 +116,39 @@ async def test_a_resume_point_outside_the_chat_or_another_tenants_chat_is_refuse
     assert beyond.status_code == 422 and beyond.json()["error"] == "after_beyond_end"
     globex = {"Authorization": f"Bearer {api.tokens['globex']}"}
     assert (await api.get(f"/v1/chats/{chat['id']}/events", headers=globex)).status_code == 404
+
+
+async def test_a_browser_follows_a_chat_with_a_single_use_ticket_for_that_chat_only(
+        api, pool, db_url, live_api):
+    agent = await create_agent(api, "talker")
+    chat = await new_chat(api, agent["id"])
+    other = await new_chat(api, agent["id"])
+    posted = await say(api, chat["id"], "Hi", input={"script": [{"text": "Hello."}]})
+    async with running_worker(pool, db_url):
+        await until(db_url, *done(posted["run_id"]))
+
+    async def ticket() -> str:
+        made = await api.post(f"/v1/chats/{chat['id']}/stream-ticket")
+        assert made.status_code == 201, made.text
+        assert made.json()["expires_at"].endswith("Z")
+        return made.json()["ticket"]
+
+    mine = await ticket()
+    seen: list = []
+    async with httpx.AsyncClient(base_url=live_api["url"], timeout=30) as client:  # no token
+        async with client.stream("GET", f"/v1/chats/{chat['id']}/events",
+                                 params={"ticket": mine}) as response:
+            assert response.status_code == 200
+            await read_until(frames(response), seen, is_end_of(posted["run_id"]))
+        again = await client.get(f"/v1/chats/{chat['id']}/events", params={"ticket": mine})
+        assert again.status_code == 401  # single use
+        elsewhere = await ticket()
+        assert (await client.get(f"/v1/chats/{other['id']}/events",
+                                 params={"ticket": elsewhere})).status_code == 401
+        run_ticket = await ticket()
+        assert (await client.get(f"/v1/runs/{posted['run_id']}/events",
+                                 params={"ticket": run_ticket})).status_code == 401
+    assert seen[-1].json()["payload"]["answer"] == "Hello."
+    globex = {"Authorization": f"Bearer {api.tokens['globex']}"}
+    assert (await api.post(f"/v1/chats/{chat['id']}/stream-ticket",
+                           headers=globex)).status_code == 404

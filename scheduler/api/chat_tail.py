@@ -32,7 +32,11 @@ from tickwork.sql.errors import InvalidInput
 from tickwork.sql.journal import events_after
 
 MAX_RUNS = 100_000  # runs of one chat read at once (a chat has one run per message, and retries)
-POLL_SECONDS = 1.0  # between runs: how often to look for a message another process posted
+# Between runs, how often a stream looks for the chat's next run by itself: a message posted
+# through any API process wakes the chat's streams at once (its NOTIFY reaches every hub), so
+# this is only the truth behind a lost notification, kept rare because it is one statement per
+# waiting stream.
+POLL_SECONDS = 5.0
 
 
 def chat_frame(run_id: str, event: dict[str, Any]) -> bytes:

@@ -80,8 +80,3 @@ SELECT m.seq, c.id, c.depth
  WHERE m.chat_id = %(chat_id)s AND m.seq >= %(from_seq)s
  ORDER BY m.seq, c.depth
  LIMIT %(limit)s;
-
--- name: get_run_event_type
--- The type of one event of a run's journal (a chat stream resumed at an event asks whether it
--- was the run's last: run_complete).
-SELECT type FROM run_events WHERE execution_id = %(execution_id)s AND seq = %(seq)s;

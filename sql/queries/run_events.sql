@@ -97,3 +97,8 @@ SELECT type,
 SELECT created, dropped, skipped
   FROM manage_journal_partitions(coalesce(%(now)s::timestamptz, now()), %(months_ahead)s,
                                  %(days)s);
+
+-- name: get_run_event_type
+-- The type of one event of a run's journal (a chat stream resumed at an event asks whether it
+-- was the run's last: run_complete).
+SELECT type FROM run_events WHERE execution_id = %(execution_id)s AND seq = %(seq)s;

@@ -139,6 +139,28 @@ class RunIn(RequestBody):
     timeout_minutes: TimeoutMinutes = 5
 
 
+class ChatIn(RequestBody):
+    title: Annotated[Text, Field(max_length=200)] | None = None
+
+
+class ChatMessageIn(RequestBody):
+    """A person's message to a chat. input: data handed to the run beside the text (the
+    run's input.message and input.chat_id are tickwork's own)."""
+
+    text: Annotated[Text, Field(min_length=1, max_length=100_000)]
+    input: JsonObject = {}
+
+    @model_validator(mode="after")
+    def _check(self) -> "ChatMessageIn":
+        if not self.text.strip():
+            raise InvalidInput("text must not be blank", code="invalid_input", field="text")
+        taken = sorted({"message", "chat_id"} & set(self.input))
+        if taken:
+            raise InvalidInput(f"input.{taken[0]} is set by the chat itself; put the message "
+                               "in text and leave it out of input", field="input")
+        return self
+
+
 class RunNowIn(RequestBody):
     """Run-now takes no fields: the run gets the schedule's own input. An empty body or {} is
     fine; anything else is refused rather than silently ignored."""

@@ -29,7 +29,7 @@ def pick(row: dict[str, Any], names: Iterable[str]) -> dict[str, Any]:
 RUN_FIELDS = ("id", "agent_id", "schedule_id", "trigger_type", "trigger_source", "status",
               "outcome", "breadcrumb", "attempt", "retry_of", "scheduled_for", "created_at",
               "started_at", "finished_at", "fires", "max_attempts", "timeout_minutes", "reason",
-              "deadline", "input")  # and "usage", which public_run fills in
+              "deadline", "input", "answer")  # and "usage", which public_run fills in
 AGENT_FIELDS = ("id", "name", "instructions", "tools", "auto_approve", "status", "model",
                 "timeout_minutes", "max_tool_calls", "token_budget", "max_concurrent_runs",
                 "created_at", "updated_at")

@@ -32,10 +32,19 @@ async def create_ticket(conn: AsyncConnection, principal: Principal, run_id: UUI
                                 {"id": run_id, "tenant_id": principal.tenant_id})
     if await cursor.fetchone() is None:
         raise NotFound("run", run_id, "list runs with GET /v1/runs")
+    return await mint_ticket(conn, principal, run_id, ttl_seconds)
+
+
+async def mint_ticket(conn: AsyncConnection, principal: Principal, stream_id: UUID,
+                      ttl_seconds: int) -> dict[str, Any]:
+    """A ticket for one stream, named by its id: a run's (the caller checked the run is the
+    tenant's) or a chat's (scheduler/api/chats_routes.py). Ids are UUIDv7 throughout, so a
+    ticket for one stream never opens another."""
     ticket = "st_" + secrets.token_urlsafe(32)
     cursor = await conn.execute(QUERIES["insert_stream_ticket"], {
         "ticket_hash": hash_ticket(ticket), "tenant_id": principal.tenant_id,
-        "execution_id": run_id, "token_id": principal.token_id, "ttl_seconds": ttl_seconds})
+        "execution_id": stream_id, "token_id": principal.token_id,
+        "ttl_seconds": ttl_seconds})
     row = await cursor.fetchone()
     return {"ticket": ticket, "expires_at": row["expires_at"]}
 

@@ -76,7 +76,7 @@ BEGIN
         GRANT EXECUTE ON FUNCTION fail_and_retry_executions(uuid[], boolean, uuid)
             TO tickwork_worker;
         GRANT UPDATE (status, outcome, reason, breadcrumb, started_at, finished_at, deadline,
-                      run_token, usage)
+                      run_token, usage, answer)
             ON executions TO tickwork_worker;
         -- The claim sets a run's timeout to its agent's timeout_minutes, when it has one (0077).
         GRANT UPDATE (timeout_minutes) ON executions TO tickwork_worker;
@@ -96,6 +96,9 @@ BEGIN
             ON tool_catalog TO tickwork_worker;
         GRANT INSERT ON approvals TO tickwork_worker;
         GRANT SELECT, INSERT ON demo_outbox TO tickwork_worker;
+        -- A chat's run is told the chat's earlier messages (list_chat_history); the worker
+        -- never writes a chat (a message and its run are the API's, in one statement).
+        GRANT SELECT ON chats, chat_messages TO tickwork_worker;
         -- The webhook deliverer (worker/webhooks/): it signs with the secrets, so only it reads
         -- them; it claims, records and prunes deliveries (events are queued through the
         -- narrow doors of 0035, so no role needs INSERT on webhook_deliveries).
@@ -148,6 +151,10 @@ BEGIN
         GRANT SELECT (tenant_id, name, created_at, updated_at), INSERT, DELETE
             ON tenant_secrets TO tickwork_api;
         GRANT UPDATE (sealed, updated_at) ON tenant_secrets TO tickwork_api;
+        -- Chats (0082): created and listed by the routes; a message is numbered on the chat
+        -- and inserted by start_chat_message, never whose chat it is (tenant_id, agent_id).
+        GRANT SELECT, INSERT ON chats, chat_messages TO tickwork_api;
+        GRANT UPDATE (last_message_seq, last_run_id, updated_at) ON chats TO tickwork_api;
         -- A cancel ends a run: the enqueue trigger asks whether the tenant has a webhook for
         -- it, then queues through the narrow door of 0035.
         GRANT EXECUTE ON FUNCTION webhooks_queue_run_end(uuid), webhooks_queue_approval(text)
@@ -181,7 +188,8 @@ BEGIN
     -- the worker work across tenants and pass.
     -- webhooks (migration 0033, numbered after 0031) is walled here: ENABLE is idempotent.
     FOREACH table_name IN ARRAY ARRAY['agents', 'schedules', 'executions', 'approvals',
-                                      'skipped_fires', 'webhooks', 'tenant_secrets'] LOOP
+                                      'skipped_fires', 'webhooks', 'tenant_secrets', 'chats',
+                                      'chat_messages'] LOOP
         CONTINUE WHEN to_regclass(table_name) IS NULL;
         EXECUTE format('ALTER TABLE %I ENABLE ROW LEVEL SECURITY', table_name);
         EXECUTE format('DROP POLICY IF EXISTS tenant_wall ON %I', table_name);

@@ -80,6 +80,7 @@ class Verdict:
     outcome: Outcome | None
     reason: str | None
     usage: dict[str, int] | None  # the run's whole usage; None leaves the column as it is
+    answer: str | None = None  # the run's final answer as shown (redacted by the caller)
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ def _encode(journal: RunJournal, events: list[PendingEvent], verdict: Verdict | 
                            "finish": verdict is not None}
     if verdict is not None:
         run.update(status=verdict.status, outcome=verdict.outcome, reason=verdict.reason,
-                   usage=verdict.usage)
+                   usage=verdict.usage, answer=verdict.answer)
     head = orjson.dumps(run).decode()
     return f'{head[:-1]},"events":[{",".join(_event_json(event) for event in events)}]}}'
 
@@ -409,14 +410,17 @@ class RunJournal:
             await self._writer.landed()
 
     async def finish(self, *, status: FinalStatus, outcome: Outcome | None,
-                     reason: str | None = None, usage: dict[str, int] | None = None) -> None:
+                     reason: str | None = None, usage: dict[str, int] | None = None,
+                     answer: str | None = None) -> None:
         """Append what is buffered (the terminal event included) and record the verdict in
         the same statement, batched with other runs; raise RunFenced if the sweep got there
         first. usage is the run's whole total ({"input_tokens", "output_tokens",
-        "model_calls"}); None leaves the stored usage."""
+        "model_calls"}); None leaves the stored usage. answer is the run's final answer as it
+        may be shown (the caller redacts it), stored on the run."""
         await failpoints.hit("run.before_complete_commit")
         self._raise_if_fenced()
-        self._verdict = Verdict(status, outcome, self._stored_text(reason), usage)
+        self._verdict = Verdict(status, outcome, self._stored_text(reason), usage,
+                                self._stored_text(answer))
         landed = await self._writer.now(self)
         if landed is None or not landed.finished:
             self._fenced = True

@@ -18,7 +18,7 @@ from tickwork.scheduler.settings import SchedulerSettings
 from tickwork.sql.db import DatabaseSettings
 from tickwork.sql.errors import TickworkError
 from tickwork.sql.start_up import DatabaseUnreachable, first_line
-from tickwork import cli_help, cli_resources, cli_secrets, cli_webhooks
+from tickwork import cli_chat, cli_help, cli_resources, cli_secrets, cli_webhooks
 from tickwork.cli_resources import JSON_OPTION, print_items
 from tickwork.client import fail, say_error
 from tickwork.logs import configure_logging
@@ -32,6 +32,7 @@ app.add_typer(token_app, name="token")
 cli_resources.register(app)
 cli_webhooks.register(app)
 cli_secrets.register(app)
+cli_chat.register(app)
 
 
 def database_url() -> str:

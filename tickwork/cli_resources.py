@@ -347,14 +347,24 @@ def run_schedule_now(schedule_id: str = SCHEDULE_ARGUMENT) -> None:
 def run_agent(agent: str = AGENT_ARGUMENT,
               input: Optional[str] = typer.Option(None, metavar="JSON",
                                                   help="JSON object handed to the run."),
+              message: Optional[str] = typer.Option(
+                  None, "--message", "-m", metavar="TEXT",
+                  help="Plain text for the agent (the run's input.message)."),
               timeout: int = typer.Option(5, metavar="MINUTES",
                                           help="Minutes the run may take (1-15).")) -> None:
     """Start a run of an agent now."""
     check_timeout(timeout)
+    run_input = parse_input(input)
+    if message is not None:
+        if not message.strip():
+            fail("--message must not be empty")
+        if "message" in run_input:
+            fail("give the message once: --message or input.message in --input, not both")
+        run_input["message"] = message
     client = ApiClient()
     found = resolve_agent(client, agent)
     run = call(client, "POST", f"/v1/agents/{found['id']}/runs",
-               json={"input": parse_input(input), "timeout_minutes": timeout})
+               json={"input": run_input, "timeout_minutes": timeout})
     out.print(f"queued run {run['id']}", highlight=False)
 
 

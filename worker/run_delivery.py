@@ -22,6 +22,7 @@ from tickwork.sql.journal import RunFenced, RunJournal
 from tickwork.worker import tracing
 from tickwork.worker.agent_loop import ROOT_SEQ, RunOutcome, Suspension, run_agent, run_pending
 from tickwork.worker.approval_pause import apply_decision, state_at_rest, suspend
+from tickwork.worker.chat_history import chat_history, is_chat_run
 from tickwork.worker.claim import ClaimedRun, LeasedTask, claim_resume, claim_unparked
 from tickwork.worker.continuation import Chain, load_chain, rebuild_state
 from tickwork.worker.model import ModelUnavailable
@@ -156,8 +157,11 @@ async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
 async def _fresh_state(run: ClaimedRun, deps: RunDeps, chain: Chain) -> RunState:
     """A run's first state: its task, or, for a retry, where the attempts before it stopped
     (worker/continuation.py)."""
+    # A chat's run starts from the chat's earlier exchange (the chain's first attempt is the
+    # one its message names).
+    earlier = await chat_history(deps.pool, chain.root) if is_chat_run(run.input) else []
     state = RunState.start(run.agent.instructions, run.input,
-                           units=deps.settings.continuation_units)
+                           units=deps.settings.continuation_units, earlier=earlier)
     if not chain.earlier:
         return state
     toolset = deps.toolset(run.agent.tools)
@@ -189,7 +193,7 @@ async def _finish(journal: RunJournal, outcome: RunOutcome, run_log,
                                   "reason": outcome.reason, "answer": outcome.answer},
                  parent=ROOT_SEQ)
     await journal.finish(status=outcome.status, outcome=outcome.outcome, reason=outcome.reason,
-                         usage=usage)
+                         usage=usage, answer=redact(outcome.answer) if outcome.answer else None)
     tracing.note_run(**{f"usage.{k}": v for k, v in (usage or {}).items()})
     run_log.info("run_finished", status=outcome.status, outcome=outcome.outcome)
     return {"status": outcome.status, "outcome": outcome.outcome}

@@ -60,8 +60,10 @@ class RunState:
     gate_step: int | None = None
 
     @classmethod
-    def start(cls, instructions: str, run_input: dict[str, Any], *, units: int) -> "RunState":
-        return cls([Message("system", instructions or "You are a helpful agent."),
+    def start(cls, instructions: str, run_input: dict[str, Any], *, units: int,
+              earlier: list[Message] = ()) -> "RunState":
+        """earlier: a conversation that came before this run's task (a chat's messages)."""
+        return cls([Message("system", instructions or "You are a helpful agent."), *earlier,
                     Message("user", task_text(run_input))], units_left=units)
 
     def view(self, run_input: dict[str, Any]) -> RunView:
@@ -169,12 +171,24 @@ def at_rest(message: Message) -> dict[str, Any]:
     return saved
 
 
+# Keys of a run's input that direct tickwork, never the model: the scripted provider's script
+# and verdicts, and the chat a chat run belongs to.
+_NOT_FOR_THE_MODEL = ("script", "judge", "summary", "chat_id")
+
+
 def task_text(run_input: dict[str, Any]) -> str:
-    """The user's task: input.prompt when given, else the input itself minus the scripted
-    provider's directions (script, judge, summary: a real model should not read a script
-    meant for a fake one)."""
+    """The user's task: input.message (the person's plain text) with the rest of the input
+    beside it as data; else input.prompt when given; else the input itself. Never the scripted
+    provider's directions (a real model should not read a script meant for a fake one)."""
+    message = run_input.get("message")
+    if isinstance(message, str) and message:
+        rest = {k: v for k, v in run_input.items()
+                if k not in _NOT_FOR_THE_MODEL and k != "message"}
+        if not rest:
+            return message
+        return f"{message}\n\nInput data (JSON): {json.dumps(rest, sort_keys=True)}"
     prompt = run_input.get("prompt")
     if isinstance(prompt, str) and prompt:
         return prompt
-    rest = {k: v for k, v in run_input.items() if k not in ("script", "judge", "summary")}
+    rest = {k: v for k, v in run_input.items() if k not in _NOT_FOR_THE_MODEL}
     return json.dumps(rest, sort_keys=True) if rest else "Do your task."

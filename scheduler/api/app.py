@@ -9,8 +9,9 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 
-from tickwork.scheduler.api import (agents_routes, approvals_routes, ops_routes, runs_routes,
-                           schedules_routes, secrets_routes, stats_routes, tokens_routes, viewer,
+from tickwork.scheduler.api import (agents_routes, approvals_routes, chats_routes, ops_routes,
+                           runs_routes, schedules_routes, secrets_routes, stats_routes,
+                           tokens_routes, viewer,
                            webhooks_routes)
 from tickwork.scheduler.api.auth_first import AuthFirst
 from tickwork.scheduler.api.body_guard import BodyBudget, BodyGuard
@@ -86,7 +87,8 @@ def create_app(settings: SchedulerSettings, *, database_url: str | None = None,
         app.state.notifier = Notifier(pool)
         app.state.run_starts = RunStartBatcher(pool, app.state.notifier)
     for module in (agents_routes, schedules_routes, runs_routes, approvals_routes, ops_routes,
-                   tokens_routes, webhooks_routes, secrets_routes, stats_routes, viewer):
+                   tokens_routes, webhooks_routes, secrets_routes, stats_routes, chats_routes,
+                   viewer):
         app.include_router(module.router)
     install_error_handlers(app)
     app.add_middleware(RunStartRoute)  # inside the body guard: it sees only guarded bodies

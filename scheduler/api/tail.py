@@ -73,13 +73,17 @@ class TailResponse(Response):
 
         try:
             async with self._revocation(wake) as revoked:
-                await follow(self._hub, self._pool, self._run_id, self._after,
-                             keepalive=self._keepalive, send=chunk, wake=wake,
-                             stopped=lambda: gone.done() or revoked.is_set())
+                await self.follow(chunk, wake, lambda: gone.done() or revoked.is_set())
             if not gone.done():
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             gone.cancel()
+
+    async def follow(self, send: Callable[[bytes], Awaitable[None]], wake: asyncio.Event,
+                     stopped: Callable[[], bool]) -> None:
+        """What the stream sends (a chat's stream follows several runs: chat_tail.py)."""
+        await follow(self._hub, self._pool, self._run_id, self._after,
+                     keepalive=self._keepalive, send=send, wake=wake, stopped=stopped)
 
     def _revocation(self, wake: asyncio.Event):
         if self._watch is None or self._token_id is None:
@@ -99,9 +103,11 @@ async def _until_disconnect(receive: Receive) -> None:
 
 async def follow(hub: EventHub, pool: AsyncConnectionPool, run_id: UUID, after: int, *,
                  keepalive: float, send: Callable[[bytes], Awaitable[None]],
-                 wake: asyncio.Event, stopped: Callable[[], bool]) -> None:
+                 wake: asyncio.Event, stopped: Callable[[], bool],
+                 render: Callable[[dict], bytes] | None = None) -> None:
     """Send the run's journal after ``after`` and follow it live until run_complete, the run's
-    end without one, or ``stopped()`` (checked whenever ``wake`` was set)."""
+    end without one, or ``stopped()`` (checked whenever ``wake`` was set). render: each event's
+    SSE frame (default: the hub's, whose id is the seq)."""
     loop = asyncio.get_running_loop()
     last, quiet_since, from_table, checked = after, loop.time(), True, False
     timer: asyncio.TimerHandle | None = None  # the keepalive's: armed once per quiet interval
@@ -120,7 +126,9 @@ async def follow(hub: EventHub, pool: AsyncConnectionPool, run_id: UUID, after: 
                     batch = await _from_table(pool, run_id, last)
                     from_table = len(batch) == PAGE  # a full page: there may be more
                 if batch:
-                    await send(b"".join(event.get("frame") or frame(event) for event in batch))
+                    await send(b"".join(render(event) if render is not None
+                                        else event.get("frame") or frame(event)
+                                        for event in batch))
                     last, quiet_since = batch[-1]["seq"], loop.time()
                     if any(event["type"] == "run_complete" for event in batch):
                         return

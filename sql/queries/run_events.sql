@@ -18,7 +18,7 @@
 WITH runs AS (
     SELECT * FROM jsonb_to_recordset(%(runs)s::jsonb)
              AS r(id uuid, run_token uuid, finish boolean, status text, outcome text,
-                  reason text, usage jsonb, events jsonb)
+                  reason text, usage jsonb, answer text, events jsonb)
 ), ending AS (
     SELECT e.id
       FROM (SELECT id, run_token FROM runs WHERE finish ORDER BY id) r
@@ -44,6 +44,7 @@ WITH runs AS (
 ), finished AS (
     UPDATE executions e
        SET status = r.status, outcome = r.outcome, reason = r.reason, finished_at = now(),
+           answer = r.answer,  -- the run's final answer, shown as a field (migration 0081)
            usage = coalesce(r.usage, e.usage)  -- a NULL usage leaves the column as it is
       FROM runs r
      WHERE e.id = r.id AND e.id = ANY (ARRAY(SELECT id FROM ending))  -- by primary key
@@ -96,3 +97,8 @@ SELECT type,
 SELECT created, dropped, skipped
   FROM manage_journal_partitions(coalesce(%(now)s::timestamptz, now()), %(months_ahead)s,
                                  %(days)s);
+
+-- name: get_run_event_type
+-- The type of one event of a run's journal (a chat stream resumed at an event asks whether it
+-- was the run's last: run_complete).
+SELECT type FROM run_events WHERE execution_id = %(execution_id)s AND seq = %(seq)s;

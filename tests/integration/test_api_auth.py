@@ -69,13 +69,15 @@ async def seed_acme(api) -> dict[str, dict]:
     manual = (await api.post(f"/v1/schedules/{schedule['id']}/run-now")).json()
     webhook = (await api.post("/v1/webhooks", json={"url": "https://hooks.example.com/tickwork",
                                                     "events": ["run.failed"]})).json()
+    chat = (await api.post(f"/v1/agents/{agent['id']}/chats", json={})).json()
     return {"agent": agent, "schedule": schedule, "run": run, "manual": manual,
-            "webhook": webhook}
+            "webhook": webhook, "chat": chat}
 
 
 def fill_path(path: str, rows: dict[str, dict]) -> str:
     ids = {"agent_id": rows["agent"]["id"], "schedule_id": rows["schedule"]["id"],
-           "run_id": rows["run"]["id"], "webhook_id": rows["webhook"]["id"]}
+           "run_id": rows["run"]["id"], "webhook_id": rows["webhook"]["id"],
+           "chat_id": rows["chat"]["id"]}
     return re.sub(r"\{([^}:]+)(:[^}]*)?\}", lambda m: ids.get(m.group(1), MISSING), path)
 
 

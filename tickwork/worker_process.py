@@ -22,6 +22,8 @@ from tickwork.worker.providers.routing import ProviderSettings, build_router
 from tickwork.worker.run_wiring import RunDeps
 from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings
+from tickwork.worker.tools.mcp_config import load_tools_file
+from tickwork.worker.tools.mcp_vendor import McpServers
 from tickwork.worker.tools.publish import publish_catalog
 from tickwork.worker.tools.registry import ToolSpec, catalog
 from tickwork.worker.webhooks.deliverer import serve_deliverer
@@ -44,9 +46,10 @@ def worker_deps(pool: AsyncConnectionPool, settings: WorkerSettings, *,
                    worker_id=worker or worker_id(), journal_writer=JournalWriter(pool))
 
 
-async def build_worker(url: str, settings: WorkerSettings) -> Worker:
+async def build_worker(url: str, settings: WorkerSettings,
+                       specs: list[ToolSpec] | None = None) -> Worker:
     """The worker's wiring: the tool catalog published, a pool, the model router, a Worker."""
-    specs = catalog()
+    specs = catalog() if specs is None else specs
     await asyncio.to_thread(publish_catalog, url, specs)  # the API validates agents against it
     # The operator's pool size, not one per run: a run holds a connection only while one of
     # its statements runs, never while its model or a tool works.
@@ -61,7 +64,16 @@ async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event |
                        webhooks: WebhookSettings | None = None) -> None:
     """`tickwork worker` (and `up`'s worker): runs until ``stop`` is set, or SIGINT/SIGTERM."""
     tracing.setup()  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
-    worker = await build_worker(url, settings)
+    # The MCP servers of TICKWORK_TOOLS_FILE (checked by the CLI before start): one that
+    # cannot start is disabled and logged, and the worker starts without its tools.
+    specs = catalog()
+    mcp = await McpServers.start(load_tools_file(),
+                                 taken={spec.key.split(".", 1)[0] for spec in specs})
+    try:
+        worker = await build_worker(url, settings, specs + mcp.specs)
+    except BaseException:
+        await mcp.aclose()
+        raise
     settle_after_start_up()
     if stop is None:
         stop = asyncio.Event()
@@ -80,4 +92,5 @@ async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event |
         await worker.deps.journal_writer.close()
         await worker.deps.provider.aclose()
         await worker.deps.pool.close()
+        await mcp.aclose()  # stops the stdio servers it spawned
         await asyncio.to_thread(tracing.shutdown)  # exports the spans still batched

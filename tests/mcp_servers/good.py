@@ -8,6 +8,7 @@ import os
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 app = MCPServer("good")
@@ -34,14 +35,15 @@ def wipe(what: str) -> str:
 @app.tool()
 def oops() -> str:
     """Always fails on the server's side."""
-    raise ValueError("the ledger is locked")
+    raise ToolError("the ledger is locked")
 
 
 @app.tool()
 def whoami(ctx: Context) -> str:
-    """The Authorization header this call came with (HTTP only)."""
+    """Whether this call came with the Authorization header GOOD_MCP_TOKEN asks for."""
     request = ctx.request_context.request
-    return request.headers.get("authorization", "none") if request is not None else "stdio"
+    given = request.headers.get("authorization", "") if request is not None else ""
+    return "authorized" if given == f"Bearer {os.environ.get('GOOD_MCP_TOKEN')}" else "refused"
 
 
 if __name__ == "__main__":

@@ -214,3 +214,45 @@ async def test_a_server_that_cannot_start_is_disabled_and_the_others_serve(db_ur
                    stdio("good", "good.py", tools=["echo"])) as servers:
         assert [s.key for s in servers.specs] == ["good.echo"]
         assert [v.config.name for v in servers.vendors] == ["good"]
+
+
+# --- the real worker process: TICKWORK_TOOLS_FILE at start, servers stopped with it -----------
+
+def processes_tagged(tag: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if tag.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+async def test_a_worker_process_starts_its_servers_from_the_tools_file_and_stops_them(
+        api, db_url, tmp_path):
+    from tests.integration.workers import WorkerProcess
+
+    tag = f"mcp-tag-{os.urandom(4).hex()}"
+    tools_file = tmp_path / "tools.yaml"
+    tools_file.write_text(json.dumps({"mcp": [  # JSON is YAML
+        {"name": "gone", "command": [sys.executable, str(SERVERS / "refuses.py")]},
+        {"name": "good", "command": [sys.executable, str(SERVERS / "good.py"), tag],
+         "tools": ["echo"], "classes": {"echo": "read"}}]}))
+    process = WorkerProcess(db_url, TICKWORK_TOOLS_FILE=str(tools_file))
+    try:
+        await until(db_url, "SELECT count(*) = 1 FROM tool_catalog WHERE key = 'good.echo'")
+        agent_id = await agent(api, ["good.echo"], name="mcp-process")
+        run_id = await queue_run(api, agent_id, {"script": [
+            {"tool_calls": [call("good.echo", text="over stdio")]}, {"text": "Done."}]})
+        await until(db_url, *done(run_id))
+        completes = of_type(await events(api, run_id), "tool_complete")
+        assert [(c["tool"], c["ok"]) for c in completes] == [("good.echo", True)]
+        assert len(processes_tagged(tag)) == 1  # one connection per worker
+        disabled = [json.loads(line) for line in process.log().splitlines()
+                    if '"mcp_server_disabled"' in line]
+        assert [line["server"] for line in disabled] == ["gone"]
+    finally:
+        assert process.terminate() == 0, process.log()
+    assert processes_tagged(tag) == []  # the server it spawned went with it

@@ -48,7 +48,7 @@ async def mcp(db_url: str, *entries: dict):
 
 async def run_with(api, pool, db_url, servers, tools, script, *, auto_approve=(),
                    until_state=done, **settings):
-    agent_id = await agent(api, tools, auto_approve, name=f"mcp-{len(script)}-{tools[0]}")
+    agent_id = await agent(api, tools, auto_approve, name=f"mcp-{os.urandom(4).hex()}")
     run_id = await queue_run(api, agent_id, {"script": script})
     provider = Recording()
     async with worker(pool, db_url, provider=provider, extra=servers.specs, **settings):
@@ -152,17 +152,33 @@ async def test_a_secret_header_is_the_calling_tenants_secret_on_a_connection_of_
         api, pool, db_url, http_server, monkeypatch):
     url, token = http_server
     monkeypatch.setenv("TICKWORK_SECRET_KEY", new_key())
-    assert (await api.post("/v1/secrets", json={"name": "WEB_TOKEN", "value": f"Bearer {token}"})
-            ).status_code == 201
+
+    async def set_secret(value: str) -> None:
+        response = await api.post("/v1/secrets", json={"name": "WEB_TOKEN", "value": value})
+        assert response.status_code == 201
+
+    await set_secret(f"Bearer {token}")
     entry = {"name": "web", "url": url, "headers": {"Authorization": "secret:WEB_TOKEN"},
-             "tools": ["whoami"], "classes": {"whoami": "read"}}
+             "tools": ["whoami", "header"], "classes": {"whoami": "read", "header": "read"}}
+    script = [{"tool_calls": [call("web.whoami"), call("web.header")]}, {"text": "Checked."}]
     async with mcp(db_url, entry) as servers:
-        assert servers.vendors[0].shared is None  # nothing connected before a tenant calls
-        _, run, provider = await run_with(api, pool, db_url, servers, ["web.whoami"],
-                                          [{"tool_calls": [call("web.whoami")]},
-                                           {"text": "Checked."}])
-        assert len(servers.vendors[0].by_tenant) == 1  # made at the tenant's first call
-    assert run["outcome"] == "done" and tool_results(provider) == ["authorized"]
+        vendor = servers.vendors[0]
+        assert vendor.shared is None and not vendor.by_tenant  # nothing before a tenant calls
+        results = []
+        for _ in range(2):  # the second run reuses the tenant's connection
+            _, run, provider = await run_with(api, pool, db_url, servers,
+                                              ["web.whoami", "web.header"], script)
+            assert run["outcome"] == "done"
+            results.append(tool_results(provider))
+        assert len(vendor.by_tenant) == 1
+        await set_secret("Bearer not-the-token")  # set anew: the next call connects anew
+        _, _, provider = await run_with(api, pool, db_url, servers,
+                                        ["web.whoami", "web.header"], script)
+        results.append(tool_results(provider))
+    assert [r[0] for r in results] == ["authorized", "authorized", "refused"]
+    # The server echoed the header: every run, not only the one that connected, scrubs it.
+    assert all(token not in r[1] and r[1] for r in results)
+    assert "not-the-token" not in results[2][1]
 
 
 # --- a server that hangs, one that crashes, one that answers hugely and lies ------------------

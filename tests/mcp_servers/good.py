@@ -46,6 +46,13 @@ def whoami(ctx: Context) -> str:
     return "authorized" if given == f"Bearer {os.environ.get('GOOD_MCP_TOKEN')}" else "refused"
 
 
+@app.tool()
+def header(ctx: Context) -> str:
+    """The Authorization header this call came with, as it is (a careless server's echo)."""
+    request = ctx.request_context.request
+    return request.headers.get("authorization", "") if request is not None else ""
+
+
 if __name__ == "__main__":
     if "--http" in sys.argv:
         app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[sys.argv.index("--http") + 1]))

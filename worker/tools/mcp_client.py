@@ -38,7 +38,7 @@ class McpCallError(Exception):
 class McpConnection:
     def __init__(self, config: McpServerConfig, headers: dict[str, str] | None = None, *,
                  connect_timeout: float = CONNECT_TIMEOUT) -> None:
-        self.config, self._headers = config, headers or {}
+        self.config, self.headers = config, headers or {}
         self._connect_timeout = connect_timeout
         self._session: ClientSession | None = None
         self._ready = asyncio.Event()
@@ -149,7 +149,7 @@ class McpConnection:
                     command=config.command[0], args=list(config.command[1:]))))
             else:
                 client = await stack.enter_async_context(
-                    create_mcp_http_client(headers=self._headers))
+                    create_mcp_http_client(headers=self.headers))
                 streams = await stack.enter_async_context(
                     streamable_http_client(config.url, http_client=client))
             read, write = streams[0], streams[1]

@@ -57,10 +57,16 @@ class McpVendor:
         if self.shared is not None:
             return self.shared
         tenant = getattr(context, "tenant_id", None)
+        # Read through this run's ctx.secret at every call, not only the first: the run then
+        # scrubs the values from all it shows, and a secret set anew gets a new connection.
+        headers = await resolved_headers(self.config, getattr(context, "secret", None))
         async with self.lock:  # one connection per tenant, even when its calls come at once
             found = self.by_tenant.get(tenant)
+            if found is not None and found.headers != headers:
+                del self.by_tenant[tenant]
+                await found.aclose()
+                found = None
             if found is None:
-                headers = await resolved_headers(self.config, getattr(context, "secret", None))
                 found = McpConnection(self.config, headers, connect_timeout=self.connect_timeout)
                 try:
                     await found.start()

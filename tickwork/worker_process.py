@@ -10,6 +10,7 @@ import os
 import secrets
 import signal
 import socket
+from typing import TYPE_CHECKING
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -23,11 +24,13 @@ from tickwork.worker.run_wiring import RunDeps
 from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings
 from tickwork.worker.tools.mcp_config import load_tools_file
-from tickwork.worker.tools.mcp_vendor import McpServers
 from tickwork.worker.tools.publish import publish_catalog
 from tickwork.worker.tools.registry import ToolSpec, catalog
 from tickwork.worker.webhooks.deliverer import serve_deliverer
 from tickwork.worker.webhooks.settings import WebhookSettings
+
+if TYPE_CHECKING:
+    from tickwork.worker.tools.mcp_vendor import McpServers
 
 
 def worker_id() -> str:
@@ -60,15 +63,31 @@ async def build_worker(url: str, settings: WorkerSettings,
     return Worker(worker_deps(pool, settings, specs=specs), DatabaseSettings().listen_url(url))
 
 
+async def start_mcp_servers(specs: list[ToolSpec]) -> McpServers | NoMcpServers:
+    """The MCP servers of TICKWORK_TOOLS_FILE (checked by the CLI before start), connected: one
+    that cannot start is disabled and logged, and the worker starts without its tools. The
+    SDK (which loads starlette) is imported only when the file lists a server."""
+    configs = load_tools_file()
+    if not configs:
+        return NoMcpServers()
+    from tickwork.worker.tools.mcp_vendor import McpServers
+
+    return await McpServers.start(configs, taken={spec.key.split(".", 1)[0] for spec in specs})
+
+
+class NoMcpServers:
+    specs: list[ToolSpec] = []
+
+    async def aclose(self) -> None:
+        pass
+
+
 async def serve_worker(url: str, settings: WorkerSettings, stop: asyncio.Event | None = None,
                        webhooks: WebhookSettings | None = None) -> None:
     """`tickwork worker` (and `up`'s worker): runs until ``stop`` is set, or SIGINT/SIGTERM."""
     tracing.setup()  # only when OTEL_EXPORTER_OTLP_ENDPOINT is set
-    # The MCP servers of TICKWORK_TOOLS_FILE (checked by the CLI before start): one that
-    # cannot start is disabled and logged, and the worker starts without its tools.
     specs = catalog()
-    mcp = await McpServers.start(load_tools_file(),
-                                 taken={spec.key.split(".", 1)[0] for spec in specs})
+    mcp = await start_mcp_servers(specs)
     try:
         worker = await build_worker(url, settings, specs + mcp.specs)
     except BaseException:

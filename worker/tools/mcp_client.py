@@ -53,7 +53,10 @@ class McpConnection:
         self._first = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._keep(), name=f"mcp:{self.config.name}")
         try:
-            return await asyncio.shield(self._first)
+            # The connect timeout bounds initialize and the listing inside _keep; this bounds
+            # the rest (spawning, the transport), so a start never waits forever.
+            async with asyncio.timeout(self._connect_timeout * 2):
+                return await asyncio.shield(self._first)
         except BaseException:
             await self.aclose()
             raise

@@ -78,6 +78,9 @@ async def test_a_stdio_servers_tools_publish_as_name_tool_and_a_classified_read_
         echo = next(t for t in listed if t["key"] == "good.echo")
         assert echo["tool_class"] == "read"
         assert echo["parameters"]["required"] == ["text"]  # the schema the server gave
+        # Off the allowlist, a tool the server lists is no tool at all: no agent may have it.
+        outside = await api.post("/v1/agents", json={"name": "wiper", "tools": ["good.wipe"]})
+        assert outside.status_code == 400 and outside.json()["unknown"] == ["good.wipe"]
         run_id, run, provider = await run_with(
             api, pool, db_url, servers, ["good.echo", "good.oops"],
             [{"tool_calls": [call("good.echo", text="hello from mcp")]},
@@ -226,7 +229,8 @@ async def test_a_huge_result_is_bounded_and_offloaded_and_a_lying_tool_costs_onl
 
 
 async def test_a_server_that_cannot_start_is_disabled_and_the_others_serve(db_url):
-    async with mcp(db_url, stdio("gone", "refuses.py"),
+    closed = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
+    async with mcp(db_url, stdio("gone", "refuses.py"), {"name": "down", "url": closed},
                    stdio("good", "good.py", tools=["echo"])) as servers:
         assert [s.key for s in servers.specs] == ["good.echo"]
         assert [v.config.name for v in servers.vendors] == ["good"]

@@ -50,7 +50,7 @@ class McpVendor:
     config: McpServerConfig
     shared: McpConnection | None = None
     by_tenant: dict[UUID | None, McpConnection] = field(default_factory=dict)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    locks: dict[UUID | None, asyncio.Lock] = field(default_factory=dict)
     connect_timeout: float = CONNECT_TIMEOUT
 
     async def connection(self, context: Any) -> McpConnection:
@@ -60,7 +60,9 @@ class McpVendor:
         # Read through this run's ctx.secret at every call, not only the first: the run then
         # scrubs the values from all it shows, and a secret set anew gets a new connection.
         headers = await resolved_headers(self.config, getattr(context, "secret", None))
-        async with self.lock:  # one connection per tenant, even when its calls come at once
+        # One connection per tenant, even when its calls come at once; a tenant whose
+        # connection is slow to open holds up no other tenant.
+        async with self.locks.setdefault(tenant, asyncio.Lock()):
             found = self.by_tenant.get(tenant)
             if found is not None and found.headers != headers:
                 del self.by_tenant[tenant]

@@ -276,3 +276,28 @@ async def test_a_worker_process_starts_its_servers_from_the_tools_file_and_stops
     finally:
         assert process.terminate() == 0, process.log()
     assert processes_tagged(tag) == []  # the server it spawned went with it
+
+
+async def test_each_tenant_gets_a_connection_with_its_own_secret(http_server):
+    from types import SimpleNamespace
+    from uuid import uuid4
+
+    url, token = http_server
+    entry = {"name": "web", "url": url, "headers": {"Authorization": "secret:WEB_TOKEN"},
+             "tools": ["whoami"], "classes": {"whoami": "read"}}
+    servers = await McpServers.start(parse_tools({"mcp": [entry]}))
+    whoami = servers.specs[0].function
+
+    def tenant(value: str) -> SimpleNamespace:
+        async def secret(name: str) -> str:
+            assert name == "WEB_TOKEN"
+            return value
+        return SimpleNamespace(tenant_id=uuid4(), secret=secret)
+
+    acme, globex = tenant(f"Bearer {token}"), tenant("Bearer someone-else")
+    try:
+        answers = [await whoami(acme), await whoami(globex), await whoami(acme)]
+        assert answers == ["authorized", "refused", "authorized"]
+        assert set(servers.vendors[0].by_tenant) == {acme.tenant_id, globex.tenant_id}
+    finally:
+        await servers.aclose()

@@ -55,6 +55,7 @@ def header(ctx: Context) -> str:
 
 if __name__ == "__main__":
     if "--http" in sys.argv:
-        app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[sys.argv.index("--http") + 1]))
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        app.run("streamable-http", host="127.0.0.1", port=port)
     else:
         app.run()

@@ -124,7 +124,18 @@ def worker(concurrency: Optional[int] = typer.Option(
         settings = WorkerSettings(**({} if concurrency is None else {"concurrency": concurrency}))
     except ValidationError as exc:
         fail(settings_error(exc))
+    check_tools_file()
     run_on_uvloop(serve_worker(url, settings))
+
+
+def check_tools_file() -> None:
+    """A bad TICKWORK_TOOLS_FILE stops the worker before it starts, in one sentence."""
+    from tickwork.worker.tools.mcp_config import ToolsFileError, load_tools_file
+
+    try:
+        load_tools_file()
+    except ToolsFileError as exc:
+        fail(str(exc))
 
 
 @app.command()
@@ -223,6 +234,7 @@ def up(port: int = typer.Option(8080, help="Port of the API and the viewer."),
     from tickwork.local import run_up
 
     configure_logging("warning")
+    check_tools_file()
     url = os.environ.get("TICKWORK_DATABASE_URL", "")
     run_up(url and parsed_database_url(url), host=host, port=port,
            migrate_and_publish=migrate_and_publish)

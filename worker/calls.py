@@ -108,7 +108,8 @@ async def execute(call: ToolCall, spec: ToolSpec, toolbox: ToolBox, journal: Run
         if stored is not None:
             text, ok = stored  # it already ran (a resume delivered twice): never run it again
         else:
-            outcome = await toolbox.call(call, spec, step=step)
+            # parent: run_python's calls from code hang under this call's tool_start
+            outcome = await toolbox.call(call, spec, step=step, parent=started)
             text, ok, duration_ms = outcome.text, outcome.ok, outcome.duration_ms
             await failpoints.hit("run.after_tool_effect_before_tool_complete")
             if recorded:

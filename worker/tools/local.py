@@ -41,6 +41,11 @@ class LocalContext:
     plan: dict[str, Any]  # the run's plan state, which update_plan replaces
     max_chars: int  # the offload threshold: read_file's reply must render within it
     query_limits: QueryLimits
+    # run_python's: the run's sandbox (worker/tools/python_sandbox.py), and the call's harness
+    # id and tool_start seq, under which the calls its code makes are named and journaled.
+    code: Any = None
+    call_id: str = "code"
+    parent_seq: int = 0
 
 
 # Their arguments are declared so that the model sees them and so that it can pass nothing
@@ -71,6 +76,10 @@ class ReadFileArguments(_Strict):
 class QueryFileArguments(_Strict):
     file_ref: str
     sql: str
+
+
+class RunPythonArguments(_Strict):
+    code: str
 
 
 @dataclass(frozen=True)
@@ -170,6 +179,18 @@ async def _stored(conn: AsyncConnection, execution_id: UUID, file_ref: Any) -> d
     return row
 
 
+MAX_CODE_CHARS = 100_000
+
+
+async def run_python(context: LocalContext, code: str) -> dict[str, Any]:
+    """Run a cell in the run's sandbox: stdout, the last expression's value, or the error."""
+    if not isinstance(code, str) or not code.strip() or len(code) > MAX_CODE_CHARS:
+        raise ToolInputError(f"code must be Python source of 1 to {MAX_CODE_CHARS} characters")
+    if context.code is None:
+        raise ToolInputError("run_python is not available in this run")
+    return await context.code.run(code, parent=context.parent_seq, call_id=context.call_id)
+
+
 def _whole(value: Any, name: str, minimum: int) -> int:
     # Models send numbers as 800, 800.0 or "800"; all mean the same offset.
     try:
@@ -193,6 +214,11 @@ LOCAL_TOOLS: tuple[LocalTool, ...] = (
               "table named result.", QueryFileArguments, lambda ctx, **arguments: query_file(
                   ctx.conn, ctx.execution_id, limits=ctx.query_limits, **arguments),
               query_loop=True),
+    LocalTool("run_python", "write", "Run Python in a sandbox kept for the run (variables "
+              "persist; stdout and the last expression's value come back; no network, files only "
+              "in /scratch). In it, tools.call(name, **arguments) calls your tools, each call "
+              "metered like a direct one: use it for loops over many items.",
+              RunPythonArguments, lambda ctx, **arguments: run_python(ctx, **arguments)),
 )
 # The local tools the query-loop wall meters (worker/walls.py); every other one is never metered.
 QUERY_LOOP_TOOLS = frozenset(tool.name for tool in LOCAL_TOOLS if tool.query_loop)

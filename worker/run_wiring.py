@@ -19,7 +19,7 @@ from tickwork.worker.model import ModelProvider
 from tickwork.worker.redact import redact
 from tickwork.sql.sealed import SecretBox
 from tickwork.worker.secrets import RunSecrets
-from tickwork.worker.run_queries import store_result, stored_result
+from tickwork.worker.run_queries import cancel_requested, store_result, stored_result
 from tickwork.worker.settings import WorkerSettings
 from tickwork.worker.state import RunState
 from tickwork.worker.stop_gate import GateSettings
@@ -110,6 +110,7 @@ def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal
                             pool, root, call_id, text, ok))
     if sandbox is not None:  # tools.call from code: ordinary calls of this run (worker/code_calls.py)
         sandbox.bridge = code_bridge(state, toolbox, journal, policy)
+        sandbox.cancelled = lambda: cancel_requested(pool, run.id)
     return Loop(run_input=run.input, provider=deps.provider, toolbox=toolbox,
                 journal=journal, policy=policy,
                 gate=deps.gate,

@@ -400,3 +400,8 @@ WITH RECURSIVE chain AS (
 SELECT e.id, e.attempt
   FROM chain c JOIN executions e ON e.id = c.id
  ORDER BY e.attempt, e.created_at;
+
+-- name: get_execution_cancel_requested
+-- Whether a person asked to stop this run: polled while run_python's code runs, which makes
+-- no journal append that would learn it.
+SELECT cancel_requested_at IS NOT NULL AS cancel_requested FROM executions WHERE id = %(id)s;

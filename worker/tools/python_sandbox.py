@@ -68,7 +68,7 @@ def interpreter_of(limits: SandboxLimits) -> str:
     return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 
-def bwrap_argv(limits: SandboxLimits) -> list[str]:
+def bwrap_argv(limits: SandboxLimits, info_fd: int | None = None) -> list[str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise SandboxUnavailable("run_python needs bubblewrap (bwrap) on the worker's machine; "
@@ -81,6 +81,8 @@ def bwrap_argv(limits: SandboxLimits) -> list[str]:
             "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
             "--size", str(limits.scratch_mb << 20), "--tmpfs", "/scratch",
             "--chdir", "/scratch", "--setenv", "HOME", "/scratch"]
+    if info_fd is not None:  # bwrap writes {"child-pid": …}: the pid namespace's first process
+        argv += ["--info-fd", str(info_fd)]
     prefix = os.path.realpath(sys.base_prefix)
     if not python.startswith("/usr/") and not prefix.startswith("/usr"):
         argv += ["--ro-bind", prefix, prefix]  # an interpreter outside /usr brings its stdlib
@@ -107,10 +109,16 @@ def _limit(limits: SandboxLimits, uid: int | None) -> Callable[[], None]:
 class PythonSandbox:
     """One kept kernel for one run; call ``run`` for each cell, ``close`` when the run ends."""
 
-    def __init__(self, limits: SandboxLimits, bridge: CallBridge | None = None) -> None:
+    def __init__(self, limits: SandboxLimits, bridge: CallBridge | None = None,
+                 cancelled: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.limits = limits
         self.bridge = bridge
+        # A person's cancel, asked every cancel_poll_seconds while a cell runs: the code makes
+        # no journal append that would learn it, and a cell may run for its whole wall limit.
+        self.cancelled = cancelled
+        self.cancel_poll_seconds = 1.0
         self._proc: asyncio.subprocess.Process | None = None
+        self._init: int | None = None  # the sandbox's pid namespace's first process (host pid)
         self._lock = asyncio.Lock()
         self._closed = False
         self._ended = False  # a sandbox of this run was killed: the next start is a restart
@@ -126,17 +134,28 @@ class PythonSandbox:
             raise SandboxUnavailable("the run has ended; its sandbox is closed")
         started = time.perf_counter()
         uid = UID_BASE + secrets.randbelow(UID_SPAN) if os.geteuid() == 0 else None
+        info_read, info_write = os.pipe()
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                *bwrap_argv(self.limits), stdin=asyncio.subprocess.PIPE,
+                *bwrap_argv(self.limits, info_write), stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
                 preexec_fn=_limit(self.limits, uid), start_new_session=True,
-                limit=self.limits.max_output_chars * 6 + LINE_SLACK)
+                pass_fds=(info_write,), limit=self.limits.max_output_chars * 6 + LINE_SLACK)
         except OSError as exc:
+            os.close(info_read)
             raise SandboxUnavailable(f"the sandbox could not start: {exc}") from None
+        finally:
+            os.close(info_write)
         ready = await self._read(timeout=self.limits.wall_seconds)
+        try:  # written before the kernel ran, so there once it said ready
+            os.set_blocking(info_read, False)
+            self._init = int(json.loads(os.read(info_read, 4096) or b"{}").get("child-pid", 0))
+        except (OSError, ValueError, AttributeError):
+            self._init = None
+        finally:
+            os.close(info_read)
         if ready is None or ready.get("op") != "ready":
-            self.kill()
+            await self._stop()
             raise SandboxUnavailable("the sandbox could not start (bubblewrap refused to create "
                                      "its namespaces, or the interpreter did not run)")
         self.started_seconds = time.perf_counter() - started
@@ -149,17 +168,36 @@ class PythonSandbox:
             if self._proc is None or self._proc.returncode is not None:
                 await self.start()
                 self._ended = False
+            watch = asyncio.create_task(self._watch_cancel()) if self.cancelled else None
             try:
                 async with asyncio.timeout(self.limits.wall_seconds):
                     result = await self._cell(code, parent, call_id)
+                if watch is not None and watch.done() and watch.result():
+                    result = {"error": "stopped: a person cancelled the run; the sandbox was "
+                                       "killed", "killed": True}
                 if restarted:  # the last one was killed by a limit: its variables are gone
                     result["restarted"] = True
                 return result
             except TimeoutError:
-                self.kill()
+                await self._stop()
                 return {"error": f"stopped: the code ran past the wall limit of "
                                  f"{self.limits.wall_seconds:g} s; the sandbox was restarted "
                                  "and its variables are gone", "killed": True}
+            finally:
+                if watch is not None:
+                    watch.cancel()
+
+    async def _watch_cancel(self) -> bool:
+        assert self.cancelled is not None
+        while True:
+            await asyncio.sleep(self.cancel_poll_seconds)
+            try:
+                stop = await self.cancelled()
+            except Exception:  # a failed check is not a cancel; the wall limit still holds
+                stop = False
+            if stop:
+                self.kill()  # the cell's read sees the end and returns
+                return True
 
     async def _cell(self, code: str, parent: int, call_id: str) -> dict[str, Any]:
         self._write({"op": "run", "code": code})
@@ -167,7 +205,7 @@ class PythonSandbox:
         while True:
             message = await self._read()
             if message is None:  # the kernel died: a limit (memory, CPU, processes) or a crash
-                self.kill()
+                await self._stop()
                 return {"error": "stopped: the sandbox's process ended (a CPU, memory or process "
                                  "limit, or a crash); it is restarted on the next call and its "
                                  "variables are gone", "killed": True}
@@ -210,23 +248,41 @@ class PythonSandbox:
             return None  # a line past the bound or not the protocol: treated as a dead kernel
 
     def kill(self) -> None:
-        """SIGKILL bubblewrap; its pid namespace takes every process of the code with it."""
-        proc, self._proc = self._proc, None
+        """SIGKILL the pid namespace's first process (the kernel of Linux then kills every
+        process in the namespace) and bubblewrap; ``_stop`` also waits for them to be gone."""
+        for pid in (self._init, self._proc.pid if self._proc else None):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+
+    async def _stop(self) -> None:
+        proc, init = self._proc, self._init
+        self.kill()
+        self._proc, self._init = None, None
         self._ended = proc is not None
-        if proc is not None and proc.returncode is None:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if proc is None:
+            return
+        try:
+            async with asyncio.timeout(5):
+                await proc.wait()
+                # bubblewrap reaps the namespace's first process, which ends only once every
+                # process in its namespace has; wait for that too (it is not our child).
+                while init and _alive(init):
+                    await asyncio.sleep(0.01)
+        except TimeoutError:
+            pass
 
     async def close(self) -> None:
-        """Kill the sandbox and reap it; no call starts another afterwards."""
+        """Kill the sandbox and wait until its processes are gone; no call starts another."""
         self._closed = True
-        proc = self._proc
-        self.kill()
-        if proc is not None:
-            try:
-                async with asyncio.timeout(5):
-                    await proc.wait()
-            except (TimeoutError, asyncio.CancelledError):
-                pass
+        await self._stop()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False

@@ -1,7 +1,8 @@
 """Tool calls made by code in run_python's sandbox: each one an ordinary tool call.
 
 The sandbox (worker/tools/python_sandbox.py) hands every ``tools.call(name, **arguments)`` here,
-and here it goes down the same path as a call the model makes (worker/calls.py process_call):
+and here it goes down the same path as a call the model makes (worker/calls.py admit, then
+execute, exactly as process_call does):
 the walls meter it in the run's own meter (so the per-tool wall of 40 refuses the 41st call of
 a loop), its class decides whether a person must approve it, its result is offloaded and
 stored like any, and its journal events hang under the run_python call's tool_start.
@@ -22,8 +23,8 @@ import json
 from typing import Any
 
 from tickwork.sql.journal import RunJournal
-from tickwork.worker.calls import CallPolicy, NeedsApproval, process_call, refused
-from tickwork.worker.model import ToolCall, canonical_name
+from tickwork.worker.calls import CallPolicy, NeedsApproval, admit, execute, refused
+from tickwork.worker.model import Message, ToolCall, canonical_name
 from tickwork.worker.state import RunState
 from tickwork.worker.toolbox import ToolBox, refusal
 from tickwork.worker.tools.python_sandbox import CallBridge
@@ -46,19 +47,23 @@ def code_bridge(state: RunState, toolbox: ToolBox, journal: RunJournal,
             text = refusal(name, "a person cancelled the run", "stop")
             refused(journal, call, "cancelled", text, parent)
             return False, text, False
-        result = await process_call(call, state, toolbox, journal, policy, parent)
+        result = await admit(call, state, toolbox, journal, policy, parent)
+        if isinstance(result, Message):  # refused: unknown tool, or a wall
+            return False, result.content, False
         if isinstance(result, NeedsApproval):
             text = refusal(result.spec.key, "it needs a person's approval, which a call from "
                            "code cannot wait for", f"call {result.spec.key} directly (not from "
                            "run_python) so a person can approve it")
             refused(journal, call, "needs_approval", text, parent)
             return False, text, True
-        return not _is_error(result.content), result.content, False
+        done = await execute(call, result, toolbox, journal, policy, parent,
+                             auto_approved=result.key in policy.auto_approve)
+        return not _is_error(done.content), done.content, False
     return call_from_code
 
 
 def _is_error(text: str) -> bool:
-    """Refusals and failures are the harness's {"error": …[, "what_to_do": …]} objects."""
+    """A tool's failure is the toolbox's {"error": …[, "what_to_do": …]} object."""
     if not text.startswith("{"):
         return False
     try:

@@ -222,3 +222,16 @@ async def test_a_worker_shutting_down_releases_the_run_and_kills_its_sandbox(db_
     # Released, not left running: another worker continues it.
     assert scalar(db_url, "SELECT status FROM executions WHERE id = %s", (run_id,)) != "running"
 
+
+
+async def test_a_large_output_is_offloaded_like_any_result(pool, db_url):
+    script = [python_turn("for i in range(400):\n    print('line', i, 'x' * 40)"),
+              {"text": "Printed."}]
+    run_id, _ = await queue_run(db_url, script, [])
+    provider = await run_to_the_end(pool, db_url, run_id)
+    [result] = provider.results()
+    assert result["offloaded"] is True and result["chars"] > 20_000
+    with psycopg.connect(db_url) as conn:
+        [stored] = conn.execute("SELECT content FROM tool_results WHERE execution_id = %s",
+                                (run_id,)).fetchone()
+    assert "line 399" in json.dumps(stored)

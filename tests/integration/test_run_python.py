@@ -1,6 +1,7 @@
 """run_python in a run (DESIGN "Code for loops"; RELIABILITY S8): calls from code are ordinary
 tool calls (metered by the walls, journaled under the run_python call, approvals as usual), and
-the sandbox dies with the run however it ends: finished, cancelled, released."""
+the sandbox dies with the run however it ends: finished, cancelled, released, past its
+deadline."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from tickwork.scheduler.runs import cancel_run, start_agent_run
 from tickwork.scheduler.tokens import Principal
 from tickwork.sql.db import connect
 from tickwork.sql.notify import Notifier
+from tickwork.worker.claim import claim_queued_runs
+from tickwork.worker.run_delivery import DEADLINE_MARGIN_SECONDS, run_claimed
 from tickwork.worker.runner import Worker
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None,
@@ -235,3 +238,42 @@ async def test_a_large_output_is_offloaded_like_any_result(pool, db_url):
         [stored] = conn.execute("SELECT content FROM tool_results WHERE execution_id = %s",
                                 (run_id,)).fetchone()
     assert "line 399" in json.dumps(stored)
+
+
+async def test_a_run_past_its_deadline_kills_its_sandbox(pool, db_url):
+    run_id, _ = await queue_run(db_url, [SLEEPER, {"text": "never"}], [])
+    [run] = await claim_queued_runs(pool, limit=1, worker_id="test")
+    # Its deadline is a few seconds away: the timer fires while the code sleeps.
+    with psycopg.connect(db_url) as conn:
+        conn.execute("UPDATE executions SET deadline = now() + interval '2 seconds'"
+                     " WHERE id = %s", (run_id,))
+    near = replace(run, waited_seconds=run.timeout_minutes * 60 + DEADLINE_MARGIN_SECONDS - 3)
+    deps = run_deps(pool, python_wall_seconds=600)
+    delivery = asyncio.create_task(run_claimed(near, deps))
+    try:
+        tree = await first_sandbox(os.getpid())
+        result = await asyncio.wait_for(delivery, 60)
+    finally:
+        await deps.journal_writer.close()
+    assert result == {"status": "failed", "outcome": "timed_out"}
+    assert not any(alive(pid) for pid in tree)
+    assert sandboxes_of(os.getpid()) == set()
+
+
+async def test_a_run_released_at_shutdown_kills_its_sandbox_before_the_worker_is_gone(pool,
+                                                                                       db_url):
+    """In-process: the test's own process lives on, so only the release's close can end it."""
+    run_id, _ = await queue_run(db_url, [SLEEPER, {"text": "never"}], [])
+    deps = run_deps(pool, python_wall_seconds=600, shutdown_grace_seconds=0.5)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(Worker(deps, db_url).run(stop))
+    try:
+        tree = await first_sandbox(os.getpid())
+        stop.set()
+        await asyncio.wait_for(worker, 60)
+    finally:
+        stop.set()
+        await deps.journal_writer.close()
+    assert not any(alive(pid) for pid in tree)
+    assert sandboxes_of(os.getpid()) == set()
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE retry_of = %s", (run_id,)) == 1

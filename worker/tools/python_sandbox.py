@@ -3,8 +3,8 @@
 Isolation is bubblewrap's (Debian package ``bubblewrap``): every namespace unshared (no network
 but a loopback of its own, its own pids, its own mounts), only /usr mounted, read-only (no /etc,
 no /home, no worker files), a fresh /proc and /dev, and a size-bounded tmpfs at /scratch as its
-only writable folder (gone with the sandbox). Resource limits are rlimits set before bubblewrap
-starts, so they bind the kernel too: address space (memory), CPU seconds over the sandbox's
+only writable folder (gone with the sandbox). Resource limits are rlimits set by prlimit just
+before bubblewrap starts, so they bind the kernel too: address space (memory), CPU seconds over the sandbox's
 life, file size, open files, and (when the worker runs as root, which lets it run each sandbox
 under an unprivileged uid of its own) processes, so a fork bomb stops at a handful. Each call
 has a wall limit; past it the sandbox is killed and the next call starts a fresh one.
@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import resource
 import secrets
 import shutil
 import signal
@@ -90,20 +89,18 @@ def bwrap_argv(limits: SandboxLimits, info_fd: int | None = None) -> list[str]:
                    str(limits.max_output_chars), str(limits.max_output_chars + LINE_SLACK)]
 
 
-def _limit(limits: SandboxLimits, uid: int | None) -> Callable[[], None]:
-    def apply() -> None:  # in the child, before bubblewrap runs: inherited by the kernel
-        memory = limits.memory_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limits.scratch_mb << 20,) * 2)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        if uid is not None:  # root ignores RLIMIT_NPROC: drop to a uid of the sandbox's own
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes,) * 2)
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-    return apply
+def prlimit_argv(limits: SandboxLimits, uid: int | None) -> list[str]:
+    """util-linux's prlimit sets the limits and then runs bubblewrap, which passes them on to
+    the kernel (no preexec_fn: forking from a worker with threads must not run Python code)."""
+    prlimit = shutil.which("prlimit")
+    if prlimit is None:
+        raise SandboxUnavailable("run_python needs prlimit (util-linux) on the worker's machine")
+    cpu = limits.cpu_seconds
+    argv = [prlimit, f"--as={limits.memory_mb << 20}", f"--cpu={cpu}:{cpu + 1}",
+            f"--fsize={limits.scratch_mb << 20}", "--nofile=256", "--core=0"]
+    if uid is not None:  # root ignores RLIMIT_NPROC: the sandbox runs under a uid of its own
+        argv.append(f"--nproc={limits.max_processes}")
+    return argv + ["--"]
 
 
 class PythonSandbox:
@@ -136,13 +133,17 @@ class PythonSandbox:
         uid = UID_BASE + secrets.randbelow(UID_SPAN) if os.geteuid() == 0 else None
         info_read, info_write = os.pipe()
         try:
+            as_uid = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
             self._proc = await asyncio.create_subprocess_exec(
-                *bwrap_argv(self.limits, info_write), stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-                preexec_fn=_limit(self.limits, uid), start_new_session=True,
-                pass_fds=(info_write,), limit=self.limits.max_output_chars * 6 + LINE_SLACK)
-        except OSError as exc:
+                *prlimit_argv(self.limits, uid), *bwrap_argv(self.limits, info_write),
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+                pass_fds=(info_write,), limit=self.limits.max_output_chars * 6 + LINE_SLACK,
+                **as_uid)
+        except (OSError, SandboxUnavailable) as exc:
             os.close(info_read)
+            if isinstance(exc, SandboxUnavailable):
+                raise
             raise SandboxUnavailable(f"the sandbox could not start: {exc}") from None
         finally:
             os.close(info_write)

@@ -90,16 +90,20 @@ def bwrap_argv(limits: SandboxLimits, info_fd: int | None = None) -> list[str]:
 
 
 def prlimit_argv(limits: SandboxLimits, uid: int | None) -> list[str]:
-    """util-linux's prlimit sets the limits and then runs bubblewrap, which passes them on to
-    the kernel (no preexec_fn: forking from a worker with threads must not run Python code)."""
-    prlimit = shutil.which("prlimit")
-    if prlimit is None:
-        raise SandboxUnavailable("run_python needs prlimit (util-linux) on the worker's machine")
+    """util-linux's prlimit sets the limits, then (for a root worker) setpriv takes a uid of
+    the sandbox's own, then bubblewrap runs, passing both on to the kernel. No preexec_fn:
+    forking from a worker with threads must not run Python code, and uvloop (the worker's
+    loop) takes no user/group arguments."""
+    prlimit, setpriv = shutil.which("prlimit"), shutil.which("setpriv")
+    if prlimit is None or (uid is not None and setpriv is None):
+        raise SandboxUnavailable("run_python needs prlimit and setpriv (util-linux) on the "
+                                 "worker's machine")
     cpu = limits.cpu_seconds
     argv = [prlimit, f"--as={limits.memory_mb << 20}", f"--cpu={cpu}:{cpu + 1}",
             f"--fsize={limits.scratch_mb << 20}", "--nofile=256", "--core=0"]
     if uid is not None:  # root ignores RLIMIT_NPROC: the sandbox runs under a uid of its own
-        argv.append(f"--nproc={limits.max_processes}")
+        argv += [f"--nproc={limits.max_processes}", "--", str(setpriv), f"--reuid={uid}",
+                 f"--regid={uid}", "--clear-groups"]
     return argv + ["--"]
 
 
@@ -133,13 +137,11 @@ class PythonSandbox:
         uid = UID_BASE + secrets.randbelow(UID_SPAN) if os.geteuid() == 0 else None
         info_read, info_write = os.pipe()
         try:
-            as_uid = {} if uid is None else {"user": uid, "group": uid, "extra_groups": []}
             self._proc = await asyncio.create_subprocess_exec(
                 *prlimit_argv(self.limits, uid), *bwrap_argv(self.limits, info_write),
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
-                pass_fds=(info_write,), limit=self.limits.max_output_chars * 6 + LINE_SLACK,
-                **as_uid)
+                pass_fds=(info_write,), limit=self.limits.max_output_chars * 6 + LINE_SLACK)
         except (OSError, SandboxUnavailable) as exc:
             os.close(info_read)
             if isinstance(exc, SandboxUnavailable):

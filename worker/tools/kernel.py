@@ -122,9 +122,7 @@ def _run(code):
         exec(compile(tree, "<cell>", "exec"), namespace)
         if last is not None:
             value = eval(compile(ast.Expression(last.value), "<cell>", "eval"), namespace)
-    except BaseException as exc:  # the code's own failure is the model's information
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
-            raise
+    except BaseException as exc:  # the code's own failure (sys.exit too) is the model's information
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
         error = "".join(line for line in lines if 'File "<string>"' not in line)[-4000:]
     finally:

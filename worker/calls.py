@@ -68,6 +68,17 @@ def needs_approval(spec: ToolSpec, arguments: dict, policy: CallPolicy) -> bool:
 
 async def process_call(call: ToolCall, state: RunState, toolbox: ToolBox, journal: RunJournal,
                        policy: CallPolicy, step: int) -> Message | NeedsApproval:
+    admitted = await admit(call, state, toolbox, journal, policy, step)
+    if not isinstance(admitted, ToolSpec):
+        return admitted
+    return await execute(call, admitted, toolbox, journal, policy, step,
+                         auto_approved=admitted.key in policy.auto_approve)
+
+
+async def admit(call: ToolCall, state: RunState, toolbox: ToolBox, journal: RunJournal,
+                policy: CallPolicy, step: int) -> ToolSpec | Message | NeedsApproval:
+    """Everything before a call runs: the tool it names (or a refusal), the walls, and whether
+    a person must decide. Returns the spec to execute with, a refusal, or NeedsApproval."""
     spec = toolbox.spec(call.name)
     if spec is None:
         state.meter.external_attempts += 1  # a loop on a made-up tool still reaches the hard cap
@@ -80,8 +91,7 @@ async def process_call(call: ToolCall, state: RunState, toolbox: ToolBox, journa
     if needs_approval(spec, call.arguments, policy):
         tracing.tool_not_run(spec.key, call.id, step, awaiting_approval=True)
         return NeedsApproval(call, spec)
-    return await execute(call, spec, toolbox, journal, policy, step,
-                         auto_approved=spec.key in policy.auto_approve)
+    return spec
 
 
 def refused(journal: RunJournal, call: ToolCall, wall: str, text: str, step: int) -> Message:
@@ -108,7 +118,8 @@ async def execute(call: ToolCall, spec: ToolSpec, toolbox: ToolBox, journal: Run
         if stored is not None:
             text, ok = stored  # it already ran (a resume delivered twice): never run it again
         else:
-            outcome = await toolbox.call(call, spec, step=step)
+            # parent: run_python's calls from code hang under this call's tool_start
+            outcome = await toolbox.call(call, spec, step=step, parent=started)
             text, ok, duration_ms = outcome.text, outcome.ok, outcome.duration_ms
             await failpoints.hit("run.after_tool_effect_before_tool_complete")
             if recorded:

@@ -33,6 +33,7 @@ from tickwork.worker.run_log import RunLog
 from tickwork.worker.run_wiring import RunDeps, agent_walls, build_loop
 from tickwork.worker.secrets import RunSecrets
 from tickwork.worker.state import RunState
+from tickwork.worker.tools.python_sandbox import PythonSandbox
 
 log = structlog.get_logger()
 # The local timer fires a little after the database deadline, so the verdict query (which
@@ -67,6 +68,7 @@ async def handle_task(task: LeasedTask, deps: RunDeps,
 
 async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) -> dict[str, Any]:
     secrets = RunSecrets(deps.pool, run.tenant_id, deps.secret_box)
+    sandbox = PythonSandbox(deps.sandbox_limits)  # started by the run's first run_python call
     journal = _journal(run, deps, secrets)
     journal.cancel_requested = run.cancel_requested
     run_log = RunLog(run)
@@ -84,10 +86,12 @@ async def _run(run: ClaimedRun, deps: RunDeps, free_slot: Callable[[], None]) ->
                      agent_id=run.agent_id, schedule_id=run.schedule_id,
                      tenant_id=run.tenant_id, attempt=run.attempt) as span:
         try:
-            result = await _guarded(run, journal, deps, run_log, free_slot, secrets)
+            result = await _guarded(run, journal, deps, run_log, free_slot, secrets, sandbox)
         except RunFenced:
             run_log.warning("run_fenced")  # the sweep judged it first; its verdict stands
             result = {"fenced": True}
+        finally:  # however the delivery ends (done, paused, cancelled, released, timed out)
+            await sandbox.close()
         tracing.end_run(span, result)
         return result
 
@@ -102,13 +106,14 @@ def _journal(run: ClaimedRun, deps: RunDeps, secrets: RunSecrets | None = None) 
 
 
 async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
-                   free_slot: Callable[[], None], secrets: RunSecrets) -> dict[str, Any]:
+                   free_slot: Callable[[], None], secrets: RunSecrets,
+                   sandbox: PythonSandbox | None = None) -> dict[str, Any]:
     allowed = run.timeout_minutes * 60 if run.time_left is None else run.time_left  # unparked
     seconds = allowed + DEADLINE_MARGIN_SECONDS - run.waited_seconds
     held: dict[str, RunState] = {}  # the run's state once built, for its usage at the end
     try:
         async with asyncio.timeout(seconds):  # in this task: no task of its own per run
-            result = await _drive(run, journal, deps, held, secrets)
+            result = await _drive(run, journal, deps, held, secrets, sandbox)
     except TimeoutError:
         return await _timed_out(run, journal, deps, run_log)
     except asyncio.CancelledError:  # the worker's grace period is over
@@ -130,8 +135,8 @@ async def _guarded(run: ClaimedRun, journal: RunJournal, deps: RunDeps, run_log,
 
 
 async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
-                 held: dict[str, RunState],
-                 secrets: RunSecrets) -> RunOutcome | Suspension | Parked:
+                 held: dict[str, RunState], secrets: RunSecrets,
+                 sandbox: PythonSandbox | None = None) -> RunOutcome | Suspension | Parked:
     if run.agent is None:
         await remove_agent_schedules(deps.pool, run.agent_id)
         return RunOutcome("failed", "failed", f"agent {run.agent_id} no longer exists; "
@@ -144,7 +149,7 @@ async def _drive(run: ClaimedRun, journal: RunJournal, deps: RunDeps,
     else:
         state = await _fresh_state(run, deps, chain)
     held["state"] = state
-    loop = build_loop(run, run.agent, state, journal, deps, chain, secrets)
+    loop = build_loop(run, run.agent, state, journal, deps, chain, secrets, sandbox)
     try:
         paused = await _go_on(run, state, loop, journal, chain)
     except ModelUnavailable as outage:  # parked without a worker, or failed once patience ends

@@ -33,6 +33,15 @@ async def store_result(pool: AsyncConnectionPool, execution_id: UUID, call_id: s
             "execution_id": execution_id, "tool_call_id": call_id, "result": text, "ok": ok})
 
 
+async def cancel_requested(pool: AsyncConnectionPool, execution_id: UUID) -> bool:
+    """Whether a person asked to stop the run (read afresh, not as the journal last learned it)."""
+    async with pool.connection() as conn:
+        cursor = await conn.execute(QUERIES["get_execution_cancel_requested"],
+                                    {"execution_id": execution_id})
+        row = await cursor.fetchone()
+    return bool(row and row["cancelled"])
+
+
 async def fail_if_timed_out(pool: AsyncConnectionPool, execution_id: UUID) -> tuple[int, int]:
     """The sweep's own verdict for this one run if it is past its deadline: (failed, retried)."""
     async with pool.connection() as conn:

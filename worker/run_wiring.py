@@ -11,6 +11,7 @@ from psycopg_pool import AsyncConnectionPool
 from tickwork.sql.journal import JournalWriter, RunJournal
 from tickwork.worker.agent_loop import Loop
 from tickwork.worker.calls import CallPolicy
+from tickwork.worker.code_calls import code_bridge
 from tickwork.worker.claim import AgentDefinition, ClaimedRun
 from tickwork.worker.compaction import ContextLimits
 from tickwork.worker.continuation import Chain, call_prefix
@@ -18,12 +19,13 @@ from tickwork.worker.model import ModelProvider
 from tickwork.worker.redact import redact
 from tickwork.sql.sealed import SecretBox
 from tickwork.worker.secrets import RunSecrets
-from tickwork.worker.run_queries import store_result, stored_result
+from tickwork.worker.run_queries import cancel_requested, store_result, stored_result
 from tickwork.worker.settings import WorkerSettings
 from tickwork.worker.state import RunState
 from tickwork.worker.stop_gate import GateSettings
 from tickwork.worker.toolbox import ToolBox, ToolSet
 from tickwork.worker.tools.registry import ToolSpec
+from tickwork.worker.tools.python_sandbox import PythonSandbox, SandboxLimits
 from tickwork.worker.tools.sandbox import QueryLimits
 from tickwork.worker.walls import WallSettings
 
@@ -76,6 +78,14 @@ class RunDeps:
         return self.settings.context_limits()
 
     @cached_property
+    def sandbox_limits(self) -> SandboxLimits:
+        s = self.settings
+        return SandboxLimits(wall_seconds=s.python_wall_seconds, cpu_seconds=s.python_cpu_seconds,
+                             memory_mb=s.python_memory_mb, max_processes=s.python_max_processes,
+                             max_output_chars=s.python_max_output_chars,
+                             scratch_mb=s.python_scratch_mb)
+
+    @cached_property
     def query_limits(self) -> QueryLimits:
         return QueryLimits(time_limit_s=self.settings.query_file_time_limit_seconds,
                            memory_mb=self.settings.query_file_memory_mb,
@@ -109,7 +119,8 @@ def agent_model(agent: AgentDefinition, deps: RunDeps) -> str:
 
 def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal: RunJournal,
                deps: RunDeps, chain: Chain | None = None,
-               secrets: RunSecrets | None = None) -> Loop:
+               secrets: RunSecrets | None = None,
+               sandbox: PythonSandbox | None = None) -> Loop:
     """The agent's own settings (model, max_tool_calls, token_budget) over the deployment's."""
     s, pool = deps.settings, deps.pool
     budget, budget_setting = ((s.token_budget, "the deployment's TICKWORK_TOKEN_BUDGET")
@@ -121,12 +132,15 @@ def build_loop(run: ClaimedRun, agent: AgentDefinition, state: RunState, journal
                       plan=state.plan, offload_threshold=s.offload_threshold_chars,
                       preview_chars=s.offload_preview_chars, redact=redact,
                       tool_timeout=s.tool_timeout_seconds, query_limits=deps.query_limits,
-                      chain_root=root, tenant_id=run.tenant_id, secrets=secrets,
+                      chain_root=root, tenant_id=run.tenant_id, secrets=secrets, code=sandbox,
                       loaded=state.loaded_tools if s.tool_schemas_on_demand else None)
     policy = CallPolicy(walls=agent_walls(agent, deps), auto_approve=frozenset(agent.auto_approve),
                         stored_result=lambda call_id: stored_result(pool, root, call_id),
                         store_result=lambda call_id, text, ok: store_result(
                             pool, root, call_id, text, ok))
+    if sandbox is not None:  # tools.call from code: ordinary calls of this run (worker/code_calls.py)
+        sandbox.bridge = code_bridge(state, toolbox, journal, policy)
+        sandbox.cancelled = lambda: cancel_requested(pool, run.id)
     return Loop(run_input=run.input, provider=deps.provider, toolbox=toolbox,
                 journal=journal, policy=policy,
                 gate=deps.gate,

@@ -63,6 +63,15 @@ class WorkerSettings(BaseSettings):
     query_file_memory_mb: int = 512
     # Bytes of JSON one query_file answer may hold; rows past it are left out, and it says so.
     query_file_max_answer_bytes: int = 1_000_000
+    # run_python's sandbox (worker/tools/python_sandbox.py): a call's wall time (tool calls from
+    # its code included), CPU over the sandbox's life, memory, processes, printed output kept
+    # per call, and its /scratch size.
+    python_wall_seconds: float = 30.0
+    python_cpu_seconds: int = 120
+    python_memory_mb: int = 512
+    python_max_processes: int = 16
+    python_max_output_chars: int = 100_000
+    python_scratch_mb: int = 64
 
     @field_validator("tenant_max_concurrent_runs")
     @classmethod

@@ -18,6 +18,13 @@ class CorruptState(ValueError):
     """Saved state that this worker cannot continue from (corrupt, or another version)."""
 
 
+# An agent without instructions of its own gets these: the seeds' ladder of three rungs.
+DEFAULT_INSTRUCTIONS = (
+    "You are a helpful agent. Work by the ladder: answer directly when you can; call one tool "
+    "for one action; and when the same tool is needed across a list (a loop), write the loop "
+    "once in code with run_python, where tools.call(name, **arguments) calls your tools and "
+    "variables persist between calls.")
+
 @dataclass
 class Pending:
     """The tool calls of the turn that paused, the first of them awaiting a decision."""
@@ -63,7 +70,7 @@ class RunState:
     def start(cls, instructions: str, run_input: dict[str, Any], *, units: int,
               earlier: list[Message] = ()) -> "RunState":
         """earlier: a conversation that came before this run's task (a chat's messages)."""
-        return cls([Message("system", instructions or "You are a helpful agent."), *earlier,
+        return cls([Message("system", instructions or DEFAULT_INSTRUCTIONS), *earlier,
                     Message("user", task_text(run_input))], units_left=units)
 
     def view(self, run_input: dict[str, Any]) -> RunView:

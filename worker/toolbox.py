@@ -91,7 +91,7 @@ class ToolBox:
                  redact: Callable[[Any], Any], tool_timeout: float = 60.0,
                  query_limits: QueryLimits | None = None, chain_root: UUID | None = None,
                  tenant_id: UUID | None = None, secrets: RunSecrets | None = None,
-                 loaded: list[str] | None = None) -> None:
+                 loaded: list[str] | None = None, code: Any = None) -> None:
         self._tools = tools
         self._specs = tools.specs
         self._timeout = tool_timeout
@@ -105,6 +105,7 @@ class ToolBox:
         # Names first (worker/tool_index.py): the run's loaded tools, kept in its state; None
         # sends every schema on every call.
         self._loaded = loaded
+        self._code = code  # the run's Python sandbox, for run_python (worker/tools/python_sandbox.py)
         self._threshold, self._preview, self._redact = offload_threshold, preview_chars, redact
 
     def schemas(self) -> list[ToolSchema]:
@@ -126,7 +127,8 @@ class ToolBox:
         """The worker's pool (an approved call's cancel fence connects beside it)."""
         return self._pool
 
-    async def call(self, call: ToolCall, spec: ToolSpec, *, step: int) -> ToolOutcome:
+    async def call(self, call: ToolCall, spec: ToolSpec, *, step: int,
+                   parent: int | None = None) -> ToolOutcome:
         """Run a call of a tool this agent has (the caller refuses unknown tools first)."""
         started = time.perf_counter()
         try:
@@ -134,7 +136,7 @@ class ToolBox:
         except ValueError as exc:
             return ToolOutcome(refusal(spec.key, f"the arguments do not fit ({exc})",
                                        "call it again with arguments matching its schema"), False)
-        outcome = await self._run(spec, arguments, call.id)
+        outcome = await self._run(spec, arguments, call.id, step if parent is None else parent)
         outcome.duration_ms = round((time.perf_counter() - started) * 1000, 1)
         return outcome
 
@@ -147,12 +149,13 @@ class ToolBox:
             first = exc.errors()[0]
             raise ValueError(f"{'.'.join(map(str, first['loc'])) or 'arguments'}: {first['msg']}")
 
-    async def _run(self, spec: ToolSpec, arguments: dict[str, Any], call_id: str) -> ToolOutcome:
+    async def _run(self, spec: ToolSpec, arguments: dict[str, Any], call_id: str,
+                   parent: int = 0) -> ToolOutcome:
         # A connection per statement, never for the whole call: a vendor's wait or
         # query_file's child process (up to its time limit) holds none.
         conn = PerStatement(self._pool)
         try:
-            value = await self._invoke(spec, arguments, conn, call_id)
+            value = await self._invoke(spec, arguments, conn, call_id, parent)
             # Redacting takes time that grows with the result: in a thread, off the event loop.
             shown = await asyncio.to_thread(self._shown, value)
             text = await maybe_offload(conn, execution_id=self._root, tool=spec.key,
@@ -177,11 +180,12 @@ class ToolBox:
         return self._redact(scrubbed)
 
     async def _invoke(self, spec: ToolSpec, arguments: dict[str, Any], conn: Any,
-                      call_id: str) -> Any:
+                      call_id: str, parent: int = 0) -> Any:
         if spec.is_local:  # run here, in the worker, never metered (worker/tools/local.py)
             return await spec.function(local.LocalContext(
                 conn, self._root, self._plan, max_chars=self._threshold,
-                query_limits=self._query_limits, load_tools=self._load), **arguments)
+                query_limits=self._query_limits, load_tools=self._load, code=self._code,
+                call_id=call_id, parent_seq=parent), **arguments)
         # One key per call, the same in every attempt of the chain: a vendor can deduplicate
         # a call that a retry makes again because its result was never recorded.
         context = ToolContext(conn, self._execution_id, f"{self._root}:{call_id}", self._pool,

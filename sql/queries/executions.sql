@@ -333,8 +333,10 @@ SELECT pg_advisory_lock_shared(
            hashtextextended('tickwork approved call ' || %(execution_id)s::text, 0));
 
 -- name: get_execution_cancel_requested
--- Read after lock_approved_call_shared was granted, in a statement of its own (its snapshot is
--- taken after any cancel that held the lock has committed).
+-- Whether a person asked to stop this run, read afresh: after lock_approved_call_shared was
+-- granted, in a statement of its own (its snapshot is taken after any cancel that held the lock
+-- has committed), and while run_python's code runs (it makes no journal append that would
+-- learn it).
 SELECT cancel_requested_at IS NOT NULL OR status = 'cancelled' AS cancelled
   FROM executions WHERE id = %(execution_id)s;
 

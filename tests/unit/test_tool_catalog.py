@@ -38,7 +38,7 @@ def test_the_shipped_catalog_has_the_demo_vendor_and_the_local_tools():
             "demo.send_message"} <= set(specs)
     assert specs["demo.send_message"].tool_class == "send"
     assert {k for k, s in specs.items() if s.is_local} == {
-        "update_plan", "task_complete", "load_tools", "read_file", "query_file"}
+        "update_plan", "task_complete", "load_tools", "read_file", "query_file", "run_python"}
     assert specs["query_file"].parameters["required"] == ["file_ref", "sql"]
 
 

@@ -9,7 +9,7 @@ from tickwork.worker.toolbox import ToolBox, ToolSet
 from tickwork.worker.tools.local import LOCAL_TOOLS, QUERY_LOOP_TOOLS
 from tickwork.worker.tools.registry import catalog
 
-LOCAL = {"update_plan", "read_file", "query_file", "task_complete", "load_tools"}
+LOCAL = {"update_plan", "read_file", "query_file", "task_complete", "load_tools", "run_python"}
 
 
 def toolbox(tools):

@@ -44,6 +44,11 @@ class LocalContext:
     # load_tools: binds the named tools for the rest of the run, returns their schemas
     # (worker/tool_index.py); None where the run sends every schema anyway.
     load_tools: Callable[[Any], dict[str, Any]] | None = None
+    # run_python's: the run's sandbox (worker/tools/python_sandbox.py), and the call's harness
+    # id and tool_start seq, under which the calls its code makes are named and journaled.
+    code: Any = None
+    call_id: str = "code"
+    parent_seq: int = 0
 
 
 # Their arguments are declared so that the model sees them and so that it can pass nothing
@@ -78,6 +83,10 @@ class QueryFileArguments(_Strict):
 
 class LoadToolsArguments(_Strict):
     names: list[str]
+
+
+class RunPythonArguments(_Strict):
+    code: str
 
 
 @dataclass(frozen=True)
@@ -184,6 +193,18 @@ async def _stored(conn: AsyncConnection, execution_id: UUID, file_ref: Any) -> d
     return row
 
 
+MAX_CODE_CHARS = 100_000
+
+
+async def run_python(context: LocalContext, code: str) -> dict[str, Any]:
+    """Run a cell in the run's sandbox: stdout, the last expression's value, or the error."""
+    if not isinstance(code, str) or not code.strip() or len(code) > MAX_CODE_CHARS:
+        raise ToolInputError(f"code must be Python source of 1 to {MAX_CODE_CHARS} characters")
+    if context.code is None:
+        raise ToolInputError("run_python is not available in this run")
+    return await context.code.run(code, parent=context.parent_seq, call_id=context.call_id)
+
+
 def _whole(value: Any, name: str, minimum: int) -> int:
     # Models send numbers as 800, 800.0 or "800"; all mean the same offset.
     try:
@@ -210,6 +231,11 @@ LOCAL_TOOLS: tuple[LocalTool, ...] = (
     LocalTool("load_tools", "read", "Load the parameters of tools listed by name in the system "
               "prompt, all you need in one call; then call them.", LoadToolsArguments,
               lambda ctx, **arguments: load_tools(ctx, **arguments)),
+    LocalTool("run_python", "write", "Run Python in a sandbox kept for the run (variables "
+              "persist; stdout and the last expression's value come back; no network, files only "
+              "in /scratch). In it, tools.call(name, **arguments) calls your tools, each call "
+              "metered like a direct one: use it for loops over many items.",
+              RunPythonArguments, lambda ctx, **arguments: run_python(ctx, **arguments)),
 )
 # The local tools the query-loop wall meters (worker/walls.py); every other one is never metered.
 QUERY_LOOP_TOOLS = frozenset(tool.name for tool in LOCAL_TOOLS if tool.query_loop)

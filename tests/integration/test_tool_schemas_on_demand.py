@@ -89,7 +89,8 @@ async def test_a_forty_tool_agent_loads_the_one_it_needs_and_sends_far_less(api,
     bodies = await ten_turns(api, pool, db_url, model, on_demand=True)
     assert len(bodies) == 10 and not model.refused_histories()
     first, later = bodies[0], bodies[1]
-    local = {"update_plan", "task_complete", "read_file", "query_file", "load_tools"}
+    local = {"update_plan", "task_complete", "read_file", "query_file", "load_tools",
+             "run_python"}
     assert {t["function"]["name"] for t in first["tools"]} == local
     system = first["messages"][0]["content"]
     assert system.count("\n- acme__lookup_") == TOOLS and "load_tools" in system

@@ -11,10 +11,9 @@ from contextlib import asynccontextmanager
 from tests.factories import queue_run, scripted_agent
 from tests.integration.test_cli import up  # noqa: F401 (the fixture: `tickwork up` running)
 from tests.integration.test_worker_runs import events, finished
-from tests.integration.workers import running_worker, scalar, until
+from tests.integration.workers import running_worker, scalar, serving, until
 from tickwork.worker.providers.routing import Router
 from tickwork.worker.providers.scripted import ScriptedProvider
-from tickwork.worker.runner import Worker
 from tickwork.worker.settings import WorkerSettings
 from tickwork.worker_process import worker_deps
 
@@ -94,15 +93,8 @@ class Recording(ScriptedProvider):
 async def routed_worker(pool, db_url: str, router: Router):
     deps = worker_deps(pool, WorkerSettings(poll_interval_seconds=0.2), provider=router,
                        worker=f"test:{os.getpid()}")
-    stop = asyncio.Event()
-    worker = Worker(deps, db_url)
-    task = asyncio.create_task(worker.run(stop))
-    try:
+    async with serving(deps, db_url):
         yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-        await deps.journal_writer.close()
 
 
 async def test_an_agents_model_alias_reaches_the_provider_configured_for_it(api, pool, db_url):

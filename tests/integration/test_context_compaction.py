@@ -9,7 +9,6 @@ was sent and to report what that weighs) or the hostile OpenAI-compatible server
 
 from __future__ import annotations
 
-import asyncio
 import json
 from contextlib import asynccontextmanager
 
@@ -22,12 +21,8 @@ from tests.integration.test_hostile_model import (assert_every_history_well_form
                                                   ended, new_agent, why)
 from tests.integration.test_run_loop_promises import Recording, agent, run_through, size, worker
 from tests.integration.test_worker_runs import events
-from tests.integration.workers import scalar, until
+from tests.integration.workers import hostile_deps, scalar, serving, until
 from tickwork.worker.model import Usage
-from tickwork.worker.providers.routing import ProviderSettings, build_router
-from tickwork.worker.runner import Worker
-from tickwork.worker.settings import WorkerSettings
-from tickwork.worker_process import worker_deps
 
 # Fifty reads need walls above the defaults (40 per tool, 100 external calls in all).
 ROOMY = {"per_tool_cap": 200, "aggregate_cap": 200, "hard_cap": 400}
@@ -118,19 +113,10 @@ async def test_a_fifty_turn_run_compacts_once_past_the_threshold_and_keeps_worki
 
 @asynccontextmanager
 async def routed_worker(pool, db_url, model: HostileModel, models: str, **settings):
-    provider = build_router(ProviderSettings(models=models, openai_base_url=model.base_url,
-                                             openai_timeout_seconds=5))
-    deps = worker_deps(pool, WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
-                       provider=provider, worker="compaction-test")
-    stop = asyncio.Event()
-    task = asyncio.create_task(Worker(deps, db_url).run(stop))
-    try:
+    deps, provider = hostile_deps(pool, model.base_url, models, timeout=5,
+                                  worker="compaction-test", **settings)
+    async with serving(deps, db_url, provider=provider):
         yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-        await deps.journal_writer.close()
-        await provider.aclose()
 
 
 def read(n: int, tokens: int):

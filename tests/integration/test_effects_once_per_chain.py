@@ -20,10 +20,9 @@ from tests.factories import queue_run
 from tests.integration.test_deploy import agent
 from tests.integration.test_visible_events import Gate
 from tests.integration.test_worker_runs import events
-from tests.integration.workers import run_deps, scalar, until
+from tests.integration.workers import run_deps, scalar, serving, until
 from tickwork.scheduler.sweep import sweep_once
 from tickwork.worker.providers.routing import ProviderSettings, build_router
-from tickwork.worker.runner import Worker
 from tickwork.worker.tools.registry import ToolSpec, arguments_model
 
 SEND = {"name": "demo.send_message", "arguments": {"recipient": "ops", "text": "weekly report"}}
@@ -52,14 +51,8 @@ async def worker(pool, db_url, *, model: Gate, tool_spec: ToolSpec | None = None
         build_router(ProviderSettings(models=""), sleep=model.wait))
     if tool_spec is not None:
         deps.catalog[tool_spec.key] = tool_spec
-    stop = asyncio.Event()
-    task = asyncio.create_task(Worker(deps, db_url).run(stop))
-    try:
+    async with serving(deps, db_url):
         yield recording
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-        await deps.journal_writer.close()
 
 
 def opened() -> Gate:

@@ -5,22 +5,17 @@ errors, reports usage, and refuses any malformed history with a 400 like the rea
 
 from __future__ import annotations
 
-import asyncio
 import re
 from contextlib import asynccontextmanager
 
 import pytest
 
-from tickwork.worker_process import worker_deps
 from tests.factories import create_agent, queue_run
 from tests.hostile_history import history_problem, message_chars
 from tests.hostile_model import (HostileModel, call, context_too_long, reply, server_error,
                                  silence, too_many_requests)
 from tests.integration.test_worker_runs import events
-from tests.integration.workers import scalar, until
-from tickwork.worker.providers.routing import ProviderSettings, build_router
-from tickwork.worker.runner import Worker
-from tickwork.worker.settings import WorkerSettings
+from tests.integration.workers import hostile_deps, scalar, serving, until
 
 SEND = "demo.send_message"
 URL_SAFE = re.compile(r"[A-Za-z0-9._~:-]{1,100}")
@@ -36,20 +31,11 @@ def model():
 async def hostile_worker(pool, db_url, model: HostileModel, *, model_timeout: float = 1,
                          **settings):
     """A worker whose every model call (the judge's too) goes to the hostile server."""
-    provider = build_router(ProviderSettings(
-        models="default=openai:hostile-agent,judge=openai:hostile-judge",
-        openai_base_url=model.base_url, openai_timeout_seconds=model_timeout))
-    deps = worker_deps(pool, WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
-                       provider=provider, worker="hostile-test")
-    stop = asyncio.Event()
-    task = asyncio.create_task(Worker(deps, db_url).run(stop))
-    try:
+    deps, provider = hostile_deps(
+        pool, model.base_url, "default=openai:hostile-agent,judge=openai:hostile-judge",
+        timeout=model_timeout, worker="hostile-test", **settings)
+    async with serving(deps, db_url, provider=provider):
         yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-        await deps.journal_writer.close()
-        await provider.aclose()
 
 
 _names = iter(range(1, 1_000_000))

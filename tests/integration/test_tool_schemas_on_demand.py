@@ -6,7 +6,6 @@ printed for the README)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from contextlib import asynccontextmanager
 
@@ -15,12 +14,8 @@ import pytest
 
 from tests.factories import create_agent, queue_run
 from tests.hostile_model import HostileModel, call, reply
-from tests.integration.workers import until
-from tickwork.worker.providers.routing import ProviderSettings, build_router
-from tickwork.worker.runner import Worker
-from tickwork.worker.settings import WorkerSettings
+from tests.integration.workers import hostile_deps, serving, until
 from tickwork.worker.tools.registry import ToolSpec, arguments_model
-from tickwork.worker_process import worker_deps
 
 TOOLS = 40
 
@@ -44,22 +39,13 @@ def model():
 
 @asynccontextmanager
 async def acme_worker(pool, db_url, model: HostileModel, on_demand: bool):
-    provider = build_router(ProviderSettings(
-        models="default=openai:hostile-agent,judge=scripted", openai_base_url=model.base_url))
-    deps = worker_deps(pool, WorkerSettings(poll_interval_seconds=0.2,
-                                            tool_schemas_on_demand=on_demand),
-                       provider=provider, worker="schemas-test")
+    deps, provider = hostile_deps(pool, model.base_url, "default=openai:hostile-agent,"
+                                  "judge=scripted", timeout=60, worker="schemas-test",
+                                  tool_schemas_on_demand=on_demand)
     for n in range(TOOLS):
         deps.catalog[acme_tool(n).key] = acme_tool(n)
-    stop = asyncio.Event()
-    task = asyncio.create_task(Worker(deps, db_url).run(stop))
-    try:
+    async with serving(deps, db_url, provider=provider):
         yield
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 60)
-        await deps.journal_writer.close()
-        await provider.aclose()
 
 
 async def ten_turns(api, pool, db_url, model: HostileModel, on_demand: bool) -> list[dict]:

@@ -32,15 +32,36 @@ def run_deps(pool, **settings) -> RunDeps:
 
 @asynccontextmanager
 async def running_worker(pool, db_url: str, **settings):
+    async with serving(run_deps(pool, **settings), db_url) as worker:
+        yield worker
+
+
+@asynccontextmanager
+async def serving(deps: RunDeps, db_url: str, *, provider=None):
+    """A Worker on ``deps`` in this process until the block ends; then it stops, its journal
+    writer closes, and ``provider`` (one the test made, with a connection pool) closes."""
     stop = asyncio.Event()
-    worker = Worker(run_deps(pool, **settings), db_url)
+    worker = Worker(deps, db_url)
     task = asyncio.create_task(worker.run(stop))
     try:
         yield worker
     finally:
         stop.set()
         await asyncio.wait_for(task, 60)
-        await worker.deps.journal_writer.close()
+        await deps.journal_writer.close()
+        if provider is not None:
+            await provider.aclose()
+
+
+def hostile_deps(pool, base_url: str, models: str, *, timeout: float = 1, worker: str = "test",
+                 **settings):
+    """A worker's wiring whose model aliases go to an OpenAI-compatible server at ``base_url``
+    (the hostile test server): (deps, provider)."""
+    provider = build_router(ProviderSettings(models=models, openai_base_url=base_url,
+                                             openai_timeout_seconds=timeout))
+    deps = worker_deps(pool, WorkerSettings(**{"poll_interval_seconds": 0.2, **settings}),
+                       provider=provider, worker=worker)
+    return deps, provider
 
 
 def scalar(db_url: str, sql: str, params: tuple = ()):

@@ -167,3 +167,49 @@ def test_the_api_role_cannot_read_a_sealed_value_and_the_worker_role_can(granted
         conn.execute("SELECT sealed FROM tenant_secrets")
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("DELETE FROM tenant_secrets")
+
+
+def failing_tool() -> ToolSpec:
+    """A vendor tool that reads the tenant's secret, then fails with it in its error."""
+    async def login(context) -> dict:
+        raise RuntimeError(f"login refused for token {await context.secret('SERVICE_TOKEN')}")
+    return ToolSpec(key=LEAKY, tool_class="read", is_local=False, description="Log in.",
+                    parameters={"type": "object", "properties": {}}, function=login,
+                    arguments=arguments_model(login))
+
+
+async def test_a_secret_in_a_tool_s_error_reaches_no_span_log_line_or_stored_row(
+        api, pool, db_url, capsys):
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from tickwork.worker import tracing
+
+    exporter = InMemorySpanExporter()
+    assert tracing.setup({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"},
+                         exporter=exporter)  # in memory: never dialled
+    try:
+        assert (await api.post("/v1/secrets", json={"name": "SERVICE_TOKEN",
+                                                    "value": VALUE})).status_code == 201
+        agent = await create_agent(api, "failing", tools=["demo.get_record"])
+        with psycopg.connect(db_url) as conn:
+            conn.execute("UPDATE agents SET tools = tools || %s::text WHERE id = %s",
+                         (LEAKY, agent["id"]))
+        run_id = await queue_run(api, agent["id"], {"script": [
+            {"tool_calls": [{"name": LEAKY, "arguments": {}}]}, {"text": "It failed."}]})
+        async with worker(pool, db_url, model=opened(), tool_spec=failing_tool()) as model:
+            await until(db_url, "SELECT status = 'completed' FROM executions WHERE id = %s",
+                        (run_id,), timeout=30)
+        tracing.flush()  # the batch processor exports on its own schedule otherwise
+        spans = [span.to_json() for span in exporter.get_finished_spans()]
+    finally:
+        tracing.shutdown()
+    assert spans  # the run was traced
+    told = model.sent[-1][-1][1]
+    assert "[REDACTED:tenant_secret]" in told  # the model is told, scrubbed
+    logged = capsys.readouterr()
+    with psycopg.connect(db_url) as conn:
+        at_rest = [str(row) for table in ("run_events", "executions", "tool_results",
+                                          "tool_call_results", "tenant_secrets")
+                   for row in conn.execute(f"SELECT * FROM {table}").fetchall()]
+    for text in [*spans, logged.out, logged.err, *at_rest]:
+        assert VALUE not in text

@@ -67,13 +67,26 @@ CLAIMS_IN_FLIGHT = 3
 WRITING_FLOOR = 64
 
 
+class CountedEvent(asyncio.Event):
+    """An event that counts how often it was set, so a claim can tell whether a wake-up came
+    while it was out, even one the loop has cleared since."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
 class Worker:
     """Claims work for ``concurrency`` slots until ``stop`` is set, then drains: see the
     module's docstring for what happens to runs still going when the grace period ends."""
 
     def __init__(self, deps: RunDeps, database_url: str) -> None:
         self.deps, self._url = deps, database_url
-        self._wake = asyncio.Event()
+        self._wake = CountedEvent()
         self._active: set[asyncio.Task] = set()  # every delivery, until its last write lands
         self._holding = 0  # deliveries holding a slot: their agent is still at work
         self._writing = 0  # deliveries that gave their slot back and write their verdict
@@ -132,16 +145,29 @@ class Worker:
         self._asked += wanted
         claim = asyncio.create_task(self._claim(wanted, leases=max(0, open_slots)))
         self._claims.add(claim)
-        claim.add_done_callback(self._claims.discard)
+        claim.add_done_callback(self._claim_done)
         return True
 
-    async def _claim(self, wanted: int, *, leases: int) -> None:
+    def _claim_done(self, claim: asyncio.Task) -> None:
+        """A claim is no longer in flight: when it asked for another look (a full claim, or a
+        wake-up that came while it was out), the loop looks now. Set here, not in the claim,
+        since the loop refuses a new claim while this one still counts as in flight."""
+        self._claims.discard(claim)
+        if not claim.cancelled() and claim.exception() is None and claim.result():
+            self._wake.set()
+
+    async def _claim(self, wanted: int, *, leases: int) -> bool:
         """Take up to ``wanted`` deliveries: fresh runs claimed in one statement first, then
         leased resume tasks for the free slots only (``leases``: a lease is never taken ahead),
         and start delivering each. A claim that comes back full wakes the loop for the next;
-        one that does not leaves it waiting for a slot, a task or a poll."""
+        one that does not leaves it waiting for a slot, a task or a poll. True: look again
+        (_claim_done wakes the loop once this claim no longer counts as in flight)."""
         runs: list = []
         tasks: list = []
+        # A wake-up that comes while this claim is out may announce a task the claim was too
+        # early to see, and the loop may have cleared it already (it clears before looking):
+        # if one came and the claim was not full, the loop looks once more.
+        wakes_before = self._wake.sets
         try:
             # A claim whose connection a restart closed before it was sent runs once more.
             runs = await claim_queued_runs_once_more(
@@ -158,17 +184,16 @@ class Worker:
         except psycopg.Error as exc:  # Postgres restarting: the next poll tries again
             log.warning("lease_failed", error=type(exc).__name__)
             self._queue_has_more = False
-            return
+            return False
         except Exception as exc:  # a fault of ours: said, and the next poll tries again
             log.error("claim_failed", error=f"{type(exc).__name__}: {exc}")
             self._queue_has_more = False
-            return
+            return False
         finally:
             self._asked -= wanted - len(runs) - len(tasks)  # what was delivered, _deliver took
         leases_full = len(runs) < leases and len(runs) + len(tasks) == leases
         self._queue_has_more = len(runs) == wanted or leases_full
-        if self._queue_has_more:
-            self._wake.set()
+        return self._queue_has_more or self._wake.sets != wakes_before
 
     def _deliver(self, deliver, items: list) -> None:
         """Start delivering each item while a slot is free; the rest (claimed ahead) wait for

@@ -2,7 +2,7 @@
 TICKWORK_LISTEN_DATABASE_URL pointing past it: a worker process and an API process keep every
 pooled statement on the pooler, while wake-ups (LISTEN/NOTIFY) and the worker's presence lock
 use the direct connection. The worker polls only once a minute here, so every run it picks up
-within the test's wait was found by a NOTIFY, not by polling; a tail through the API's pooled
+within the test's wait (ten, one after another) was found by a NOTIFY, not by polling; a tail through the API's pooled
 connections sees every event of a run, woken by the same notifications."""
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ async def test_a_worker_behind_pgbouncer_is_woken_for_each_run_by_notify(api, db
     try:
         # Its presence lock is held on the direct connection, where a session keeps it.
         await until(db_url, "SELECT count(*) = 1 FROM worker_presences")
-        for number in range(1, 6):  # one at a time: each pickup needs its own wake-up
+        for number in range(1, 11):  # one at a time: each pickup needs its own wake-up
             response = await api.post(f"/v1/agents/{agent['id']}/runs",
                                       json={"input": {"script": [{"text": f"run {number}"}]}})
             assert response.status_code == 202, response.text
@@ -51,7 +51,7 @@ async def test_a_worker_behind_pgbouncer_is_woken_for_each_run_by_notify(api, db
     finally:
         assert worker.terminate() == 0, worker.log()
     assert "login attempt: db=bounced" in bouncer.log()  # the pooled statements went through it
-    assert scalar(db_url, "SELECT count(*) FROM executions WHERE outcome = 'done'") == 5
+    assert scalar(db_url, "SELECT count(*) FROM executions WHERE outcome = 'done'") == 10
 
 
 async def test_a_tail_through_an_api_behind_pgbouncer_sees_every_event(db_url, bouncer, tmp_path):

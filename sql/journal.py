@@ -466,12 +466,7 @@ class RunJournal:
                        usage: dict[str, int] | None) -> None:
         async with self._pool.connection() as conn:
             async with conn.transaction():
-                cursor = await conn.execute(QUERIES["lock_running_execution"], {
-                    "execution_id": self.execution_id, "run_token": self.run_token})
-                if await cursor.fetchone() is None:
-                    self._pending = []
-                    raise RunFenced(f"execution {self.execution_id} is no longer running")
-                await self._append(conn)
+                await self._append_still_ours(conn)
                 await failpoints.hit("approval.after_pause_before_state_commit")
                 cursor = await conn.execute(QUERIES["update_execution_suspended"], {
                     "execution_id": self.execution_id, "run_token": self.run_token,
@@ -498,15 +493,11 @@ class RunJournal:
                     usage: dict[str, int] | None) -> None:
         async with self._pool.connection() as conn:
             async with conn.transaction():
-                cursor = await conn.execute(QUERIES["lock_running_execution"], {
-                    "execution_id": self.execution_id, "run_token": self.run_token})
-                if await cursor.fetchone() is None:
-                    self._pending = []
-                    raise RunFenced(f"execution {self.execution_id} is no longer running")
-                await self._append(conn)
+                await self._append_still_ours(conn)
                 cursor = await conn.execute(QUERIES["update_execution_parked"], {
                     "execution_id": self.execution_id, "run_token": self.run_token,
-                    "version": version, "state": Jsonb(state), "wait_seconds": wait_seconds,
+                    "version": version, "state": Jsonb(self._shown(state)),
+                    "wait_seconds": wait_seconds,
                     "usage": None if usage is None else Jsonb(usage)})
                 if await cursor.fetchone() is None:
                     raise RunFenced(f"execution {self.execution_id} is no longer running")
@@ -535,6 +526,16 @@ class RunJournal:
         if released is None:
             raise RunFenced(f"execution {self.execution_id} is no longer running")
         return released
+
+    async def _append_still_ours(self, conn: AsyncConnection) -> None:
+        """In the caller's transaction: lock the run while it is still running under this
+        token (RunFenced if not), then append what is buffered."""
+        cursor = await conn.execute(QUERIES["lock_running_execution"], {
+            "execution_id": self.execution_id, "run_token": self.run_token})
+        if await cursor.fetchone() is None:
+            self._pending = []
+            raise RunFenced(f"execution {self.execution_id} is no longer running")
+        await self._append(conn)
 
     async def _append(self, conn: AsyncConnection) -> None:
         # The same statement as the writer's, inside the caller's transaction. The buffer is

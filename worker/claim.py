@@ -126,19 +126,12 @@ async def claim_resume(pool: AsyncConnectionPool, *, execution_id: UUID, task_na
     """Take a suspended run back to running with a fresh deadline; its saved state and the
     decision come back with it, and its agent as it is now. None: a duplicate resume (the
     run is no longer suspended), nothing to run."""
-    async with pool.connection() as conn:
-        async with conn.transaction():
-            cursor = await conn.execute(QUERIES["claim_resumed_execution"], {
-                "execution_id": execution_id, "task_name": task_name, "run_token": new_id(),
-                "worker_id": worker_id})
-            row = await cursor.fetchone()
-    if row is None:
+    taken = await _take_back(pool, "claim_resumed_execution", execution_id=execution_id,
+                             task_name=task_name, worker_id=worker_id)
+    if taken is None:
         return None
-    async with pool.connection() as conn:
-        cursor = await conn.execute(QUERIES["get_agent_for_run"], {"agent_id": row["agent_id"]})
-        agent = await cursor.fetchone()
-    return ClaimedRun.from_row(row, agent=None if agent is None else AgentDefinition.from_row(
-        agent), resume=Decision(
+    row, agent = taken
+    return ClaimedRun.from_row(row, agent=agent, resume=Decision(
         task_name, row["approval_status"], row["approval_reason"], row["state"]))
 
 
@@ -147,9 +140,23 @@ async def claim_unparked(pool: AsyncConnectionPool, *, execution_id: UUID, task_
     """Take a run parked through a model outage back to running, with the deadline it had left
     and its saved state, and its agent as it is now. None: a duplicate delivery (the run is no
     longer parked: taken back already, or cancelled), nothing to run."""
+    taken = await _take_back(pool, "claim_unparked_execution", execution_id=execution_id,
+                             task_name=task_name, worker_id=worker_id)
+    if taken is None:
+        return None
+    row, agent = taken
+    return ClaimedRun.from_row(row, agent=agent,
+                               unparked=row["state"] if row["state"] is not None else {})
+
+
+async def _take_back(pool: AsyncConnectionPool, query: str, *, execution_id: UUID,
+                     task_name: str, worker_id: str
+                     ) -> tuple[dict[str, Any], AgentDefinition | None] | None:
+    """A run back to running under ``query`` (a resume or an unpark), with its agent as it is
+    now, settings included (None: the agent is gone); None when the delivery is a duplicate."""
     async with pool.connection() as conn:
         async with conn.transaction():
-            cursor = await conn.execute(QUERIES["claim_unparked_execution"], {
+            cursor = await conn.execute(QUERIES[query], {
                 "execution_id": execution_id, "task_name": task_name, "run_token": new_id(),
                 "worker_id": worker_id})
             row = await cursor.fetchone()
@@ -158,9 +165,7 @@ async def claim_unparked(pool: AsyncConnectionPool, *, execution_id: UUID, task_
     async with pool.connection() as conn:
         cursor = await conn.execute(QUERIES["get_agent_for_run"], {"agent_id": row["agent_id"]})
         agent = await cursor.fetchone()
-    return ClaimedRun.from_row(row, agent=None if agent is None else AgentDefinition(
-        agent["instructions"], agent["tools"], agent["auto_approve"]),
-        unparked=row["state"] if row["state"] is not None else {})
+    return row, None if agent is None else AgentDefinition.from_row(agent)
 
 
 async def claim_queued_runs(pool: AsyncConnectionPool, *, limit: int, worker_id: str,
